@@ -1,0 +1,78 @@
+"""The contract between the kernel and every LLM driver.
+
+Kept free of httpx and pyfuse3 so the kernel can import it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Protocol
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts as reported by the server (never estimated from turns)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class ChatChunk:
+    """One piece of a streamed reply.
+
+    ``text`` is a content delta (may be empty). The final chunk of a stream
+    carries ``usage`` (when the server reports it) and ``finish_reason``.
+    ``tool_calls`` is reserved for the agent runtime (OpenAI delta format).
+    """
+
+    text: str = ""
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)
+
+
+class LLMError(Exception):
+    """A driver failed: bad status, broken stream, malformed reply.
+
+    ``retryable`` says whether the driver already considered a retry
+    (it has, by the time the kernel sees this). ``status`` is the HTTP
+    status when there was one.
+    """
+
+    def __init__(self, cause: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(cause)
+        self.cause = cause
+        self.status = status
+        self.retryable = retryable
+
+
+class LLMTimeout(LLMError):
+    """The model did not answer in time (connect, read or overall deadline)."""
+
+
+class Provider(Protocol):
+    """What the kernel and dev/llm need from a model driver."""
+
+    name: str
+    default_model: str
+
+    def stream_chat(
+        self,
+        messages: list[dict],
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        extra: dict | None = None,
+    ) -> AsyncIterator[ChatChunk]:
+        """Stream one assistant reply to ``messages`` (OpenAI chat format)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+    def describe(self) -> dict:
+        """Public facts for status (type, model, base_url) — never a key."""
+        ...
