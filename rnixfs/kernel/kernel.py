@@ -1,0 +1,289 @@
+"""The process table and everything that acts on it: spawn, signals,
+wait, reap, steering, zombie linger, shutdown.
+
+A service with ``run()``: it owns the nursery in which processes run.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+import trio
+
+from .errors import Code, SyscallError
+from .loop import DEFAULT_SYSTEM_PROMPT, ProcessExit
+from .loop import run as run_loop
+from .process import (
+    EXIT_ERROR, EXIT_KILLED, EXIT_TIMEOUT, Budget, Process, State,
+)
+from .request import SpawnRequest
+from .trace import Tracer, quote
+
+log = logging.getLogger(__name__)
+
+SIGNALS = ("term", "kill", "pause", "resume", "reap")
+PID_BLOCK = 64
+
+
+class Kernel:
+    def __init__(
+        self,
+        store,
+        providers,
+        *,
+        daemon_id: str,
+        linger: float = 600.0,
+        project: Path | None = None,
+        agent_exists: Callable[[str], bool] | None = None,
+        skill_exists: Callable[[str], bool] | None = None,
+        default_step_timeout: float | None = 300.0,
+    ):
+        self.store = store
+        self.providers = providers
+        self.daemon_id = daemon_id
+        self.linger = linger
+        self.project = (project or Path.cwd()).resolve()
+        self.agent_exists = agent_exists or (lambda name: name == "default")
+        self.skill_exists = skill_exists or (lambda name: False)
+        self.default_step_timeout = default_step_timeout
+        self.tracer = Tracer(store, self._committed)
+        self.table: dict[int, Process] = {}
+        self._sorted: list[int] = []
+        self._pids: collections.deque[int] = collections.deque()
+        self._pid_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._zombies: collections.deque[tuple[float, int]] = collections.deque()
+        self._zombie_added = trio.Event()
+        self.started = time.time()
+
+    # -- service ---------------------------------------------------------------
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._reaper)
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def shutdown(self) -> None:
+        """Kill what runs, retire zombies, and wait for the records to commit."""
+        for proc in list(self.table.values()):
+            if proc.alive:
+                proc.error = SyscallError(Code.INTERNAL, "daemon shutting down", syscall="Exit",
+                                          pid=proc.pid).to_dict()
+                proc.cancel_scope.cancel()
+        for proc in list(self.table.values()):
+            await proc.exited_event.wait()
+        for pid in list(self.table):
+            self.reap(pid, quiet=True)
+        await self.barrier()
+
+    # -- queries -----------------------------------------------------------------
+    def get(self, pid: int) -> Process:
+        proc = self.table.get(pid)
+        if proc is None:
+            raise SyscallError(Code.NOT_FOUND, f"no process {pid}", pid=pid)
+        return proc
+
+    def pids(self) -> list[int]:
+        return self._sorted
+
+    def counts(self) -> dict[str, int]:
+        c = collections.Counter(p.state.value for p in self.table.values())
+        c["paused"] = sum(1 for p in self.table.values() if p.paused)
+        return dict(c)
+
+    def system_prompt(self, proc: Process) -> str:
+        return DEFAULT_SYSTEM_PROMPT
+
+    def price(self, proc: Process, usage) -> float:
+        price = getattr(self.providers, "price", None)
+        return price(proc.provider, proc.model, usage) if price else 0.0
+
+    # -- spawn ---------------------------------------------------------------------
+    async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
+        """Validate everything first, so a bad request spawns nothing."""
+        agent = req.agent or "default"
+        if not self.agent_exists(agent):
+            raise SyscallError(Code.NOT_FOUND, f'agent "{agent}" not found', syscall="Spawn", device="/proc/new")
+        provider = req.provider or self.providers.default_name
+        try:
+            driver = self.providers.get(provider)
+        except KeyError:
+            raise SyscallError(Code.NOT_FOUND, f'provider "{provider}" not found', syscall="Spawn",
+                               device="/proc/new") from None
+        for skill in req.skills:
+            if not self.skill_exists(skill):
+                raise SyscallError(Code.NOT_FOUND, f'skill "{skill}" not found', syscall="Spawn",
+                                   device="/proc/new")
+        cwd = self._check_cwd(req.cwd)
+        if ppid and ppid not in self.table:
+            ppid = 0
+        if self._nursery is None:
+            raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
+        pid = await self._next_pid()
+        step_timeout = self.default_step_timeout if req.step_timeout is None else (req.step_timeout or None)
+        proc = Process(
+            pid=pid, intent=req.intent, ppid=ppid, agent=agent, skills=list(req.skills),
+            provider=provider, model=req.model or getattr(driver, "default_model", None),
+            budget=Budget(max_steps=req.max_steps, max_tokens=req.max_tokens,
+                          max_cost=req.max_cost, step_timeout=step_timeout),
+            cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
+        )
+        self.table[pid] = proc
+        self._sorted.append(pid)  # PIDs grow, so appending keeps it sorted
+        if ppid:
+            self.table[ppid].children.add(pid)
+        self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={agent}, provider={provider}",
+                         f"PID({pid})", dur_ms=0)
+        self.checkpoint(proc)
+        self._nursery.start_soon(self._run_process, proc)
+        return proc
+
+    def _check_cwd(self, cwd: str | None) -> str:
+        if cwd is None:
+            return "."
+        target = (self.project / cwd).resolve()
+        if target != self.project and self.project not in target.parents:
+            raise SyscallError(Code.PERMISSION, f"cwd {cwd!r} is outside the project", syscall="Spawn")
+        if not target.is_dir():
+            raise SyscallError(Code.NOT_FOUND, f"cwd {cwd!r} is not a directory", syscall="Spawn")
+        return str(target.relative_to(self.project)) or "."
+
+    async def _next_pid(self) -> int:
+        async with self._pid_lock:
+            if not self._pids:
+                block = await trio.to_thread.run_sync(self.store.reserve_pids, PID_BLOCK)
+                self._pids.extend(block)
+            return self._pids.popleft()
+
+    async def _run_process(self, proc: Process) -> None:
+        code, error = EXIT_ERROR, None
+        with proc.cancel_scope:
+            proc.move_to(State.RUNNING)
+            proc.started = time.time()
+            self.checkpoint(proc)
+            try:
+                code = await run_loop(self, proc)
+            except ProcessExit as exc:
+                code, error = exc.code, exc.error
+            except SyscallError as exc:
+                code = EXIT_TIMEOUT if exc.code == Code.TIMEOUT else EXIT_ERROR
+                error = exc
+            except Exception as exc:  # a bug must not take the daemon down
+                log.exception("pid %d crashed", proc.pid)
+                code, error = EXIT_ERROR, SyscallError(Code.INTERNAL, repr(exc)[:300], pid=proc.pid)
+        if proc.cancel_scope.cancelled_caught:
+            code = EXIT_KILLED
+            if proc.error is None:
+                error = SyscallError(Code.INTERRUPTED, "killed", syscall="Exit", pid=proc.pid)
+        await self._exit(proc, code, error)
+
+    async def _exit(self, proc: Process, code: int, error: SyscallError | None) -> None:
+        proc.exit_code = code
+        proc.exited = time.time()
+        if error is not None:
+            error.pid = proc.pid
+            proc.error = error.to_dict()
+        for child in proc.children:
+            if child in self.table:
+                self.table[child].ppid = 0
+        self.tracer.emit(proc, "Exit", str(code), "?", dur_ms=0, error=error)
+        # Zombie only once the exit record is durable: a reader that sees the
+        # zombie can trust the store has it.
+        proc.move_to(State.ZOMBIE)
+        proc.paused = False
+        done = trio.Event()
+        self.store.put_process(proc.status(), proc.result, on_commit=done.set)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        proc.exited_event.set()
+        proc.trace_event.set()
+        self._zombies.append((time.monotonic() + self.linger, proc.pid))
+        self._zombie_added.set()
+
+    def checkpoint(self, proc: Process) -> None:
+        """Queue the current status for the store (batched, off the loop)."""
+        self.store.put_process(proc.status(), proc.result)
+
+    def _committed(self, proc: Process, line: str, js: str) -> None:
+        proc.trace += line.encode()
+        proc.events += js.encode()
+        proc.trace_event.set()
+        proc.trace_event = trio.Event()
+
+    async def barrier(self) -> None:
+        done = trio.Event()
+        self.store.put_barrier(done.set)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+
+    # -- signals ---------------------------------------------------------------------
+    async def signal(self, pid: int, command: str) -> None:
+        command = command.strip()
+        if command not in SIGNALS:
+            raise SyscallError(Code.INVALID, f"unknown command {command[:40]!r}; use one of: {' '.join(SIGNALS)}",
+                               syscall="Signal", pid=pid)
+        proc = self.get(pid)
+        if command == "reap":
+            if proc.alive:
+                raise SyscallError(Code.BUSY, "process is still running; term or kill it first",
+                                   syscall="Signal", pid=pid)
+            self.reap(pid)
+            return
+        if not proc.alive:
+            raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Signal", pid=pid)
+        self.tracer.emit(proc, "Signal", command, "0", dur_ms=0)
+        if command == "term":
+            proc.term_requested = True
+            proc.resume_event.set()
+        elif command == "kill":
+            proc.cancel_scope.cancel()
+        elif command == "pause":
+            proc.paused = True
+        elif command == "resume":
+            proc.paused = False
+            proc.resume_event.set()
+        self.checkpoint(proc)
+
+    async def steer(self, pid: int, text: str) -> None:
+        proc = self.get(pid)
+        if not proc.alive:
+            raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Steer", pid=pid)
+        proc.pending_input.append(text)
+        proc.input_event.set()
+        proc.input_event = trio.Event()
+
+    def reap(self, pid: int, *, quiet: bool = False) -> None:
+        proc = self.table.pop(pid, None)
+        if proc is None:
+            return
+        i = bisect.bisect_left(self._sorted, pid)
+        if i < len(self._sorted) and self._sorted[i] == pid:
+            del self._sorted[i]
+        proc.move_to(State.DEAD)
+        self.store.put_process(proc.status(), proc.result)
+        if proc.ppid in self.table:
+            self.table[proc.ppid].children.discard(pid)
+
+    async def _reaper(self) -> None:
+        """Zombies linger, then die; deadlines arrive in FIFO order."""
+        while True:
+            if not self._zombies:
+                self._zombie_added = trio.Event()
+                await self._zombie_added.wait()
+                continue
+            deadline, pid = self._zombies[0]
+            now = time.monotonic()
+            if deadline > now:
+                with trio.move_on_after(deadline - now):
+                    self._zombie_added = trio.Event()
+                    await self._zombie_added.wait()
+                continue
+            self._zombies.popleft()
+            proc = self.table.get(pid)
+            if proc is not None and proc.state == State.ZOMBIE:
+                self.reap(pid)
