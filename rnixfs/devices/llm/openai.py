@@ -1,0 +1,230 @@
+"""Driver for any OpenAI-compatible chat endpoint (llama.cpp, Ollama, vLLM…).
+
+Streams with SSE and retries (stamina) on 429/5xx/connect errors/timeouts, but
+only until the first chunk has reached the caller: a reply cannot be replayed
+once the kernel has shown part of it. The API key is sent as a Bearer header
+and scrubbed from every error text; nothing here logs headers.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import AsyncExitStack, aclosing
+from typing import AsyncIterator
+
+import httpx
+import stamina
+from httpx_sse import aconnect_sse
+
+from rnixfs.config import ProviderConfig
+from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMTimeout, Usage
+
+log = logging.getLogger(__name__)
+
+_MAX_CAUSE = 200
+
+
+class _Truncated(LLMError):
+    """The body ended before the reply did (no [DONE], no finish_reason)."""
+
+
+class _Retry(Exception):
+    """Internal: a failure worth another attempt (never escapes this module)."""
+
+    def __init__(self, cause: str, *, status: int | None = None,
+                 retry_after: float | None = None, timeout: bool = False):
+        super().__init__(cause)
+        self.cause, self.status = cause, status
+        self.retry_after, self.timeout = retry_after, timeout
+
+
+def _short(text: str, limit: int = _MAX_CAUSE) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _server_message(resp: httpx.Response) -> str:
+    """The error message from an error body ({"error": {"message"}} or text)."""
+    try:
+        body = resp.json()
+    except (ValueError, UnicodeDecodeError):
+        return _short(resp.text or resp.reason_phrase)
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("detail") or err
+    return _short(err if isinstance(err, str) else json.dumps(err))
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    try:
+        v = float(resp.headers.get("retry-after", ""))
+    except ValueError:
+        return None  # HTTP-date form: fall back to exponential backoff
+    return max(v, 0.0)
+
+
+def _describe_exc(e: BaseException) -> str:
+    msg = str(e)
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+class OpenAIProvider:
+    """``type: openai`` — one shared ``httpx.AsyncClient`` per provider."""
+
+    def __init__(self, cfg: ProviderConfig):
+        self.cfg = cfg
+        self.name = cfg.name
+        self.default_model = cfg.model
+        headers = {"Accept": "text/event-stream", **cfg.headers}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout)
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout)
+        self._url = f"{cfg.base_url}/chat/completions"
+        self._secrets = [s for s in (cfg.api_key, *cfg.headers.values()) if s and len(s) >= 4]
+
+    def describe(self) -> dict:
+        return {"type": "openai", "model": self.default_model,
+                "base_url": self.cfg.base_url,
+                **({"api_key": "set"} if self.cfg.api_key else {})}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # -- errors -----------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        for s in self._secrets:
+            text = text.replace(s, "***")
+        return text
+
+    def _error(self, cause: str, cls=LLMError, **kw) -> LLMError:
+        return cls(self._scrub(cause), **kw)
+
+    def _backoff(self, exc: Exception) -> bool | float:
+        """stamina hook: retry only our _Retry; honour Retry-After (capped)."""
+        if not isinstance(exc, _Retry):
+            return False
+        if exc.retry_after is not None:
+            return min(exc.retry_after, self.cfg.retry_max)
+        return True
+
+    # -- streaming --------------------------------------------------------------
+
+    async def stream_chat(self, messages: list[dict], *, model: str | None = None,
+                          max_tokens: int | None = None,
+                          extra: dict | None = None) -> AsyncIterator[ChatChunk]:
+        body: dict = {"model": model or self.default_model, "messages": messages,
+                      "stream": True, "stream_options": {"include_usage": True}}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        body.update(extra or {})
+        attempts = self.cfg.max_retries + 1
+        async with AsyncExitStack() as outer:
+            try:
+                async for attempt in stamina.retry_context(
+                        on=self._backoff, attempts=attempts, timeout=None,
+                        wait_initial=self.cfg.retry_initial, wait_max=self.cfg.retry_max,
+                        wait_jitter=min(self.cfg.retry_initial, 1.0)):
+                    with attempt:
+                        try:
+                            chunks, pending = await self._open(body, outer)
+                        except _Retry as e:
+                            if attempt.num < attempts:
+                                log.info("%s: attempt %d/%d failed (%s); retrying",
+                                         self.name, attempt.num, attempts, e.cause)
+                            raise
+            except _Retry as e:
+                cls = LLMTimeout if e.timeout else LLMError
+                raise self._error(f"gave up after {attempts} attempt(s): {e.cause}",
+                                  cls, status=e.status, retryable=True) from None
+            for c in pending:
+                yield c
+            try:
+                async for c in chunks:
+                    yield c
+            except httpx.TimeoutException as e:
+                raise self._error(f"stream interrupted: no data for {self.cfg.timeout:g}s ({_describe_exc(e)})",
+                                  LLMTimeout) from None
+            except httpx.HTTPError as e:
+                raise self._error(f"stream interrupted: {_describe_exc(e)}") from None
+            except LLMError as e:
+                if e.cause.startswith("stream interrupted"):
+                    raise
+                raise self._error(f"stream interrupted: {e.cause}", status=e.status) from None
+
+    async def _open(self, body: dict, outer: AsyncExitStack):
+        """One attempt: connect, check status, read up to the first chunk.
+
+        Returns (iterator over the remaining chunks, chunks already read).
+        On success the response is handed to ``outer``; on failure it is closed.
+        """
+        async with AsyncExitStack() as stack:
+            try:
+                es = await stack.enter_async_context(
+                    aconnect_sse(self._client, "POST", self._url, json=body))
+                resp = es.response
+                if resp.status_code != 200:
+                    await resp.aread()
+                    self._raise_status(resp)
+                ctype = resp.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:
+                    raise LLMError(f"expected an event stream, got {ctype or 'no content type'!r}",
+                                   status=resp.status_code)
+                chunks = await stack.enter_async_context(aclosing(self._chunks(es)))
+                pending = []
+                async for c in chunks:
+                    pending.append(c)
+                    if c.text or c.tool_calls or c.usage or c.finish_reason:
+                        break
+            except httpx.TimeoutException as e:
+                raise _Retry(self._scrub(_describe_exc(e)), timeout=True) from None
+            except httpx.TransportError as e:
+                raise _Retry(self._scrub(f"{_describe_exc(e)} ({self.cfg.base_url})")) from None
+            except _Truncated as e:
+                raise _Retry(e.cause) from None
+            outer.push_async_exit(stack.pop_all())
+            return chunks, pending
+
+    def _raise_status(self, resp: httpx.Response):
+        status = resp.status_code
+        msg = self._scrub(f"HTTP {status}: {_server_message(resp)}")
+        if status == 429 or status >= 500:
+            raise _Retry(msg, status=status,
+                         retry_after=_retry_after(resp) if status == 429 else None)
+        raise self._error(msg, status=status, retryable=False)
+
+    async def _chunks(self, es) -> AsyncIterator[ChatChunk]:
+        """Turn SSE events into ChatChunks; the last one carries usage/finish."""
+        usage: Usage | None = None
+        finish: str | None = None
+        async for ev in es.aiter_sse():
+            data = ev.data.strip()
+            if not data:
+                continue
+            if data == "[DONE]":
+                break
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                raise LLMError(f"malformed event from server: {_short(data, 80)!r}") from None
+            if not isinstance(obj, dict):
+                raise LLMError(f"malformed event from server: {_short(data, 80)!r}")
+            if "error" in obj:
+                err = obj["error"]
+                msg = err.get("message", err) if isinstance(err, dict) else err
+                raise LLMError(f"server error in stream: {_short(str(msg))}")
+            if u := obj.get("usage"):
+                usage = Usage(int(u.get("prompt_tokens") or 0),
+                              int(u.get("completion_tokens") or 0))
+            for choice in obj.get("choices") or ():
+                delta = choice.get("delta") or {}
+                text = delta.get("content") or ""
+                calls = delta.get("tool_calls") or []
+                if text or calls:
+                    yield ChatChunk(text=text, tool_calls=list(calls))
+                finish = choice.get("finish_reason") or finish
+        else:
+            if finish is None:
+                raise _Truncated("stream interrupted: connection closed before the end of the reply")
+        yield ChatChunk(usage=usage, finish_reason=finish)

@@ -1,0 +1,211 @@
+"""OpenAIProvider against the scripted server: real HTTP, real SSE, real faults."""
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from contextlib import aclosing
+
+import pytest
+import trio
+
+from rnixfs.config import ProviderConfig
+from rnixfs.devices.llm.base import LLMError, LLMTimeout, Usage
+from rnixfs.devices.llm.openai import OpenAIProvider
+
+KEY = "sk-scripted-secret-key-4242"
+
+
+def make(server, **kw) -> OpenAIProvider:
+    opts = dict(name="scripted", type="openai", model="scripted-model",
+                base_url=server.url, timeout=5.0, connect_timeout=2.0,
+                max_retries=3, retry_initial=0.01, retry_max=0.05)
+    opts.update(kw)
+    return OpenAIProvider(ProviderConfig(**opts))
+
+
+def run(provider, content, **kw):
+    """Stream one reply under trio; returns (text, chunks). Closes the provider."""
+    async def main():
+        chunks = []
+        try:
+            async with aclosing(provider.stream_chat(
+                    [{"role": "user", "content": content}], **kw)) as agen:
+                async for c in agen:
+                    chunks.append(c)
+        finally:
+            await provider.aclose()
+        return "".join(c.text for c in chunks), chunks
+    return trio.run(main)
+
+
+def run_err(provider, content, exc=LLMError, **kw):
+    with pytest.raises(exc) as ei:
+        run(provider, content, **kw)
+    return ei.value
+
+
+def test_streams_text_and_usage(scripted_server):
+    text, chunks = run(make(scripted_server), "hello big world")
+    assert text == "echo: hello big world"
+    assert len([c for c in chunks if c.text]) == 4  # word by word
+    last = chunks[-1]
+    assert last.usage == Usage(prompt_tokens=3, completion_tokens=4)
+    assert last.finish_reason == "stop"
+    body = scripted_server.requests[0]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["model"] == "scripted-model"
+
+
+def test_extra_merged_and_model_override(scripted_server):
+    run(make(scripted_server), "x", model="other", max_tokens=7,
+        extra={"temperature": 0.3, "response_format": {"type": "json_object"}})
+    body = scripted_server.requests[0]
+    assert body["model"] == "other" and body["max_tokens"] == 7
+    assert body["temperature"] == 0.3
+    assert body["response_format"] == {"type": "json_object"}
+
+
+def test_tool_calls_passed_through(scripted_server):
+    scripted_server.enqueue({"tool_calls": [
+        {"id": "c1", "function": {"name": "read_file", "arguments": {"path": "/etc/hostname"}}}]})
+    _, chunks = run(make(scripted_server), "read it")
+    deltas = [tc for c in chunks for tc in c.tool_calls]
+    assert deltas[0]["id"] == "c1" and deltas[0]["function"]["name"] == "read_file"
+    args = "".join(d["function"].get("arguments", "") for d in deltas)
+    assert args == '{"path": "/etc/hostname"}'
+    assert chunks[-1].finish_reason == "tool_calls"
+
+
+def test_500_then_success_is_retried(scripted_server):
+    text, _ = run(make(scripted_server), "[[fault:500x2]] hi")
+    assert text == "echo: hi"
+    assert len(scripted_server.requests) == 3
+
+
+def test_500_forever_gives_up(scripted_server):
+    err = run_err(make(scripted_server, max_retries=2), "[[fault:500]] hi")
+    assert err.status == 500 and err.retryable
+    assert "3 attempt" in str(err) and "scripted fault 500" in str(err)
+    assert len(scripted_server.requests) == 3
+
+
+def test_429_retry_after_honoured(scripted_server):
+    p = make(scripted_server, retry_max=5.0)
+    t0 = time.monotonic()
+    text, _ = run(p, "[[fault:429x1:retry-after=1]] hi")
+    elapsed = time.monotonic() - t0
+    assert text == "echo: hi"
+    assert len(scripted_server.requests) == 2
+    assert 0.9 <= elapsed < 4.0
+
+
+def test_retry_after_capped_by_retry_max(scripted_server):
+    t0 = time.monotonic()
+    run(make(scripted_server, retry_max=0.2), "[[fault:429x1:retry-after=30]] hi")
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_timeout_raises_llmtimeout(scripted_server):
+    t0 = time.monotonic()
+    err = run_err(make(scripted_server, timeout=0.3, max_retries=1),
+                  "[[fault:timeout]]", LLMTimeout)
+    assert "2 attempt" in str(err)
+    assert len(scripted_server.requests) == 2
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_disconnect_mid_stream_is_not_retried(scripted_server):
+    got = []
+
+    async def main():
+        p = make(scripted_server)
+        try:
+            async with aclosing(p.stream_chat([{"role": "user", "content":
+                                 "one two three four five six [[fault:disconnect]]"}])) as agen:
+                async for c in agen:
+                    got.append(c.text)
+        finally:
+            await p.aclose()
+
+    with pytest.raises(LLMError) as ei:
+        trio.run(main)
+    assert str(ei.value).startswith("stream interrupted")
+    assert not ei.value.retryable
+    assert "".join(got).startswith("echo:")
+    assert len(scripted_server.requests) == 1
+
+
+def test_malformed_event(scripted_server):
+    err = run_err(make(scripted_server), "[[fault:malformed]]")
+    assert "malformed" in str(err)
+    assert len(scripted_server.requests) == 1
+
+
+def test_401_not_retried(scripted_server):
+    err = run_err(make(scripted_server), "[[fault:401]]")
+    assert err.status == 401 and not err.retryable
+    assert "HTTP 401" in str(err) and "scripted fault 401" in str(err)
+    assert len(scripted_server.requests) == 1
+
+
+def test_long_server_message_truncated(scripted_server):
+    scripted_server.enqueue({"fault": 400, "error": "bad request " * 100})
+    err = run_err(make(scripted_server), "x")
+    assert err.status == 400 and not err.retryable
+    assert "bad request" in str(err) and len(str(err)) < 260
+
+
+def test_key_sent_as_bearer_never_leaked(scripted_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    p = make(scripted_server, api_key=KEY, max_retries=1)
+    assert KEY not in str(p.describe()) and p.describe()["api_key"] == "set"
+    run(p, "hi")
+    # The server echoes the key back in its error message, as some real ones do.
+    scripted_server.enqueue({"fault": 401, "error": f"Incorrect API key provided: {KEY}"})
+    scripted_server.enqueue({"fault": 503, "error": f"overloaded for {KEY}"})
+    scripted_server.enqueue({"fault": 503, "error": f"overloaded for {KEY}"})
+    for directive, exc in (("x", LLMError), ("y", LLMError), ("[[fault:timeout]]", LLMTimeout)):
+        err = run_err(make(scripted_server, api_key=KEY, max_retries=1, timeout=0.3),
+                      directive, exc)
+        assert KEY not in str(err) and KEY not in repr(err) and KEY not in err.cause
+    headers = scripted_server.request_headers
+    assert len(headers) == 6
+    assert all(h.get("Authorization") == f"Bearer {KEY}" for h in headers)
+    assert caplog.records, "retries should be logged"
+    assert all(KEY not in r.getMessage() for r in caplog.records)
+    assert KEY not in caplog.text
+
+
+def test_no_key_no_authorization_header(scripted_server):
+    run(make(scripted_server), "hi")
+    assert "Authorization" not in scripted_server.request_headers[0]
+
+
+def test_unreachable_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    cfg = ProviderConfig(name="gone", type="openai", model="m",
+                         base_url=f"http://127.0.0.1:{port}/v1", connect_timeout=1.0,
+                         max_retries=2, retry_initial=0.01, retry_max=0.02)
+    with pytest.raises(LLMError) as ei:
+        run(OpenAIProvider(cfg), "hi")
+    assert "3 attempt" in str(ei.value) and ei.value.retryable
+    assert "Connect" in str(ei.value)
+
+
+def test_cancellation_closes_cleanly(scripted_server):
+    """A caller's deadline cancels the stream; no retry, nothing left open."""
+    async def main():
+        p = make(scripted_server)
+        with trio.move_on_after(0.3) as scope:
+            async with aclosing(p.stream_chat([{"role": "user", "content":
+                                                "[[delay:5]] slow"}])) as agen:
+                async for _ in agen:
+                    pass
+        await p.aclose()
+        return scope.cancelled_caught
+    assert trio.run(main)
+    assert len(scripted_server.requests) == 1
