@@ -23,3 +23,5 @@ def scripted_server(request) -> ScriptedServer:
 # ---------------------------------------------------------------------------
 # end of scripted-server block
 # ---------------------------------------------------------------------------
+
+from tests.mountutil import mnt, mount_factory  # noqa: E402,F401  (real-mount fixtures)

@@ -1,0 +1,144 @@
+"""The daemon: one trio nursery at the root holding every service.
+
+store writer thread ← kernel (processes) ← FUSE adapter; providers are
+closed and the store flushed when the mount goes away.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+import uuid6
+
+from . import __version__
+from .config import load_providers
+from .devices.llm.registry import ProviderRegistry
+from .fuse import mount as fuse_mount
+from .fuse.ops import Operations
+from .kernel.kernel import Kernel
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DaemonConfig:
+    mountpoint: Path
+    project: Path
+    state_dir: Path
+    config_dir: Path
+    linger: float = 600.0
+    allow_other: bool = False
+
+
+def _exists_in(dirs: list[Path], name: str, marker: str) -> bool:
+    return any((d / name / marker).is_file() for d in dirs)
+
+
+class Daemon:
+    def __init__(self, cfg: DaemonConfig):
+        self.cfg = cfg
+        self.id = str(uuid6.uuid7())
+        self.started = time.time()
+        self.kernel: Kernel | None = None
+        self.providers: ProviderRegistry | None = None
+
+    def info(self) -> dict:
+        return {
+            "pid": os.getpid(),
+            "daemon_id": self.id,
+            "version": __version__,
+            "started": self.started,
+            "uptime": round(time.time() - self.started, 3),
+            "mountpoint": str(self.cfg.mountpoint),
+            "project": str(self.cfg.project),
+            "state_dir": str(self.cfg.state_dir),
+            "config_dir": str(self.cfg.config_dir),
+            "linger": self.cfg.linger,
+            "processes": self.kernel.counts() if self.kernel else {},
+            "providers": self.providers.describe() if self.providers else {},
+        }
+
+    async def run(self, on_ready=lambda: None) -> None:
+        cfg = self.cfg
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        providers_cfg = load_providers(cfg.config_dir)
+        store = Store(cfg.state_dir / "rnixfs.db")
+        recovered = await trio.to_thread.run_sync(store.recover, self.id)
+        if recovered:
+            log.info("marked %d processes of an earlier daemon as dead", recovered)
+        token = trio.lowlevel.current_trio_token()
+        store.dispatch = lambda callbacks: token.run_sync_soon(_run_all, callbacks)
+        store.start()
+        self.providers = ProviderRegistry(providers_cfg, cfg.state_dir)
+        project = cfg.project
+        agent_dirs = [project / ".rnix" / "agents", cfg.config_dir / "agents"]
+        skill_dirs = [project / ".rnix" / "skills", cfg.config_dir / "skills"]
+        self.kernel = Kernel(
+            store, self.providers, daemon_id=self.id, linger=cfg.linger, project=project,
+            agent_exists=lambda n: n == "default" or _exists_in(agent_dirs, n, "agent.yaml"),
+            skill_exists=lambda n: _exists_in(skill_dirs, n, "SKILL.md"),
+        )
+        store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.kernel.run)
+                ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
+                                 max_blocking=fuse_mount.MAX_BLOCKING)
+                fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
+                unmounted = False
+                try:
+                    nursery.start_soon(_on_signals)
+                    log.info("mounted at %s (pid %d)", cfg.mountpoint, os.getpid())
+                    on_ready()
+                    await fuse_mount.serve()
+                    unmounted = True
+                finally:
+                    with trio.CancelScope(shield=True):
+                        log.info("shutting down")
+                        await self.kernel.shutdown()
+                        await self.providers.aclose()
+                    fuse_mount.close(unmount=not unmounted)
+                nursery.cancel_scope.cancel()
+        finally:
+            store.put_audit(self.id, "umount", {"mountpoint": str(cfg.mountpoint)})
+            await trio.to_thread.run_sync(store.stop)
+        log.info("stopped")
+
+
+async def _on_signals() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("signal %d: unmounting", signum)
+            fuse_mount.terminate()
+            return
+
+
+def _run_all(callbacks) -> None:
+    for cb in callbacks:
+        cb()
+
+
+def setup_logging(path: Path | None, level: str = "INFO") -> None:
+    handler: logging.Handler
+    if path is None:
+        handler = logging.StreamHandler()
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def dump_info(info: dict) -> str:
+    return json.dumps(info, indent=2)

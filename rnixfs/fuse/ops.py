@@ -1,0 +1,417 @@
+"""The FUSE protocol adapter: inodes, handles, errnos and cache policy.
+
+No agent logic lives here (DESIGN.md §5): every request is translated into
+a kernel or device call, and every SyscallError into its errno.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import itertools
+import json
+import logging
+import os
+import stat
+import time
+from typing import Callable
+
+import pyfuse3
+import trio
+
+from ..devices.llm.conversation import Conversation
+from ..kernel import request as spawn_request
+from ..kernel.errors import Code, SyscallError
+from ..kernel.process import Process
+from . import inodes as I
+from .signals import POLL_INTERVAL, signal_pending
+
+log = logging.getLogger(__name__)
+
+# Cache policy (DESIGN.md §6), in seconds.
+STATIC_TIMEOUT = 60.0  # fixed directories and immutable files
+ENTRY_TIMEOUT = 1.0  # names that can disappear (reaped processes)
+SNAPSHOT_TIMEOUT = 0.5  # status/context: size is a hint, reads are direct_io
+LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
+
+WRITABLE = {I.K["ctl"], I.K["context"]}
+SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"]}
+CTL_HELP = b"term kill pause resume reap\n"
+XATTR_DAEMON = b"user.rnixfs.daemon"
+
+
+class Handle:
+    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv")
+
+    def __init__(self, kind: str, *, proc: Process | None = None, k: int = 0,
+                 data: bytes = b"", caller: int = 0, conv: Conversation | None = None):
+        self.kind = kind
+        self.proc = proc
+        self.k = k
+        self.data = data
+        self.caller = caller
+        self.out = bytearray()
+        self.cursor = 0
+        self.conv = conv
+
+
+def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
+    log.warning("%s", exc)
+    return pyfuse3.FUSEError(exc.errno)
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, kernel, providers, nursery: trio.Nursery, *,
+                 daemon_info: Callable[[], dict], max_blocking: int):
+        super().__init__()
+        self.kernel = kernel
+        self.providers = providers
+        self.nursery = nursery
+        self.daemon_info = daemon_info
+        self.llm_names = sorted(providers.names())[: I.LLM_MAX]
+        self._fh = itertools.count(1)
+        self.handles: dict[int, Handle] = {}
+        self.blocking = trio.Semaphore(max_blocking)
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self.mounted_ns = time.time_ns()
+
+    # -- attributes ----------------------------------------------------------------
+    def _attr(self, ino: int, mode: int, *, size: int = 0, timeout: float = STATIC_TIMEOUT,
+              entry_timeout: float | None = None, ns: int | None = None) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = ino
+        a.st_mode = mode
+        a.st_nlink = 2 if stat.S_ISDIR(mode) else 1
+        a.st_size = size
+        a.st_uid, a.st_gid = self.uid, self.gid
+        a.st_blksize = 4096
+        a.st_blocks = (size + 511) // 512
+        t = self.mounted_ns if ns is None else ns
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = t
+        a.attr_timeout = timeout
+        a.entry_timeout = timeout if entry_timeout is None else entry_timeout
+        return a
+
+    def _proc(self, pid: int) -> Process:
+        proc = self.kernel.table.get(pid)
+        if proc is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return proc
+
+    def _proc_attr(self, proc: Process, k: int) -> pyfuse3.EntryAttributes:
+        ino = I.pid_ino(proc.pid, k)
+        created = int(proc.created * 1e9)
+        if k in (I.K_DIR, I.K["fd"]):
+            return self._attr(ino, stat.S_IFDIR | 0o555, timeout=ENTRY_TIMEOUT, ns=created)
+        if k == I.K["intent"]:
+            return self._attr(ino, stat.S_IFREG | 0o444, size=len(proc.intent.encode()) + 1,
+                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=created)
+        if k == I.K["result"] and not proc.alive:
+            ns = int((proc.exited or proc.created) * 1e9)
+            return self._attr(ino, stat.S_IFREG | 0o444, size=len(self._render(proc, k)),
+                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=ns)
+        if k == I.K["trace"]:
+            return self._attr(ino, stat.S_IFREG | 0o444, size=len(proc.trace),
+                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+        if k == I.K["events"]:
+            return self._attr(ino, stat.S_IFREG | 0o444, size=len(proc.events),
+                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+        if k == I.K["wait"]:
+            size = 0 if proc.alive else len(proc.wait_line())
+            return self._attr(ino, stat.S_IFREG | 0o444, size=size,
+                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+        mode = 0o644 if k == I.K["context"] else 0o600 if k == I.K["ctl"] else 0o444
+        return self._attr(ino, stat.S_IFREG | mode, size=len(self._render(proc, k)),
+                          timeout=SNAPSHOT_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+
+    def _render(self, proc: Process, k: int) -> bytes:
+        if k == I.K["status"]:
+            return (json.dumps(proc.status(), indent=2, ensure_ascii=False) + "\n").encode()
+        if k == I.K["intent"]:
+            return (proc.intent + "\n").encode()
+        if k == I.K["context"]:
+            lines = [json.dumps(m, ensure_ascii=False) for m in proc.messages]
+            lines += [json.dumps({"role": "user", "content": t, "pending": True}, ensure_ascii=False)
+                      for t in proc.pending_input]
+            return ("\n".join(lines) + "\n").encode() if lines else b""
+        if k == I.K["ctl"]:
+            return CTL_HELP
+        if k == I.K["result"]:
+            if proc.alive or proc.result is None:
+                return b""
+            return proc.result.encode() + (b"" if proc.result.endswith("\n") else b"\n")
+        raise pyfuse3.FUSEError(errno.EIO)
+
+    async def getattr(self, inode, ctx=None):
+        kind, a, b = I.decode(inode)
+        if kind == "pid":
+            return self._proc_attr(self._proc(a), b)
+        if kind == "fd":
+            proc = self._proc(a)
+            if b not in proc.fds:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._attr(inode, stat.S_IFLNK | 0o777, size=len(proc.fds[b]),
+                              timeout=LIVE_TIMEOUT, entry_timeout=LIVE_TIMEOUT)
+        if kind == "llm":
+            if a >= len(self.llm_names):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._attr(inode, stat.S_IFREG | 0o666)
+        if inode in (I.ROOT, I.PROC, I.DEV, I.DEV_LLM):
+            timeout = ENTRY_TIMEOUT if inode == I.PROC else STATIC_TIMEOUT
+            return self._attr(inode, stat.S_IFDIR | 0o555, timeout=timeout)
+        if inode == I.PROC_NEW:
+            return self._attr(inode, stat.S_IFREG | 0o666)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        # `echo x > file` truncates first: accept it on the append-only files.
+        if fields.update_size and attr.st_size != 0:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        kind, a, b = I.decode(inode)
+        if inode == I.PROC_NEW or kind == "llm" or (kind == "pid" and b in WRITABLE):
+            return await self.getattr(inode, ctx)
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    # -- names ---------------------------------------------------------------------
+    def _children(self, inode: int) -> dict[bytes, int] | None:
+        if inode == I.ROOT:
+            return {b"proc": I.PROC, b"dev": I.DEV}
+        if inode == I.DEV:
+            return {b"llm": I.DEV_LLM}
+        if inode == I.DEV_LLM:
+            return {n.encode(): I.LLM_BASE + i for i, n in enumerate(self.llm_names)}
+        return None
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        kind, a, b = I.decode(parent_inode)
+        if parent_inode == I.PROC:
+            if name == b"new":
+                return await self.getattr(I.PROC_NEW)
+            if name.isdigit() and not name.startswith(b"0"):
+                proc = self._proc(int(name))
+                return self._proc_attr(proc, I.K_DIR)
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if kind == "pid" and b == I.K_DIR:
+            k = I.K.get(name.decode("utf-8", "replace"))
+            if k is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._proc_attr(self._proc(a), k)
+        if kind == "pid" and b == I.K["fd"]:
+            if name.isdigit() and int(name) in self._proc(a).fds:
+                return await self.getattr(I.fd_ino(a, int(name)))
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        children = self._children(parent_inode)
+        if children is None:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if name not in children:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return await self.getattr(children[name])
+
+    async def readlink(self, inode, ctx):
+        kind, pid, fd = I.decode(inode)
+        if kind != "fd":
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        device = self._proc(pid).fds.get(fd)
+        if device is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return device.encode()
+
+    async def opendir(self, inode, ctx):
+        kind, a, b = I.decode(inode)
+        if kind == "pid":
+            self._proc(a)
+            if b not in (I.K_DIR, I.K["fd"]):
+                raise pyfuse3.FUSEError(errno.ENOTDIR)
+        elif inode != I.PROC and self._children(inode) is None:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        inode = fh
+        kind, a, b = I.decode(inode)
+        if inode == I.PROC:
+            return self._readdir_proc(start_id, token)
+        if kind == "pid" and b == I.K_DIR:
+            proc = self._proc(a)
+            names = list(I.PROC_FILES)
+            for i in range(start_id, len(names)):
+                if not pyfuse3.readdir_reply(token, names[i].encode(),
+                                             self._proc_attr(proc, I.K[names[i]]), i + 1):
+                    return
+            return
+        if kind == "pid":
+            proc = self._proc(a)
+            for fd in sorted(proc.fds):
+                if fd < start_id:
+                    continue
+                attr = await self.getattr(I.fd_ino(a, fd))
+                if not pyfuse3.readdir_reply(token, str(fd).encode(), attr, fd + 1):
+                    return
+            return
+        entries = list(self._children(inode).items())
+        for i in range(start_id, len(entries)):
+            name, ino = entries[i]
+            if not pyfuse3.readdir_reply(token, name, await self.getattr(ino), i + 1):
+                return
+
+    def _readdir_proc(self, start_id: int, token) -> None:
+        if start_id == 0:
+            if not pyfuse3.readdir_reply(token, b"new", self._attr(I.PROC_NEW, stat.S_IFREG | 0o666), 1):
+                return
+            start_id = 1
+        pids = self.kernel.pids()
+        table = self.kernel.table
+        for i in range(bisect.bisect_left(pids, start_id), len(pids)):
+            pid = pids[i]
+            proc = table.get(pid)
+            if proc is None:
+                continue
+            if not pyfuse3.readdir_reply(token, str(pid).encode(), self._proc_attr(proc, I.K_DIR), pid + 1):
+                return
+
+    # -- open / read / write ---------------------------------------------------------------
+    def _new_handle(self, handle: Handle, *, direct_io=True, keep_cache=False, nonseekable=False):
+        fh = next(self._fh)
+        self.handles[fh] = handle
+        return pyfuse3.FileInfo(fh=fh, direct_io=direct_io, keep_cache=keep_cache, nonseekable=nonseekable)
+
+    async def open(self, inode, flags, ctx):
+        kind, a, b = I.decode(inode)
+        writing = (flags & os.O_ACCMODE) != os.O_RDONLY
+        if inode == I.PROC_NEW:
+            return self._new_handle(Handle("new", caller=ctx.pid), nonseekable=True)
+        if kind == "llm":
+            if a >= len(self.llm_names):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            name = self.llm_names[a]
+            conv = Conversation(self.providers.get(name), self.nursery, f"/dev/llm/{name}")
+            return self._new_handle(Handle("llm", caller=ctx.pid, conv=conv), nonseekable=True)
+        if kind != "pid" or b in (I.K_DIR, I.K["fd"]):
+            raise pyfuse3.FUSEError(errno.EISDIR if kind != "fd" else errno.ELOOP)
+        proc = self._proc(a)
+        if writing and b not in WRITABLE:
+            raise pyfuse3.FUSEError(errno.EACCES)
+        if b in SNAPSHOT:
+            data = b"" if writing else self._render(proc, b)
+            cached = b == I.K["intent"] or (b == I.K["result"] and not proc.alive)
+            return self._new_handle(Handle("file", proc=proc, k=b, data=data),
+                                    direct_io=not cached, keep_cache=cached)
+        kind = "wait" if b == I.K["wait"] else "stream"
+        return self._new_handle(Handle(kind, proc=proc, k=b, caller=ctx.pid))
+
+    async def _block_until(self, handle: Handle, ready: Callable[[], bool],
+                           changed: Callable[[], trio.Event]) -> None:
+        """Wait in a cancel scope; EINTR as soon as the caller has a signal."""
+        if ready():
+            return
+        try:
+            self.blocking.acquire_nowait()
+        except trio.WouldBlock:
+            raise pyfuse3.FUSEError(errno.EAGAIN) from None
+        try:
+            while not ready():
+                with trio.move_on_after(POLL_INTERVAL):
+                    await changed().wait()
+                if not ready() and signal_pending(handle.caller):
+                    raise pyfuse3.FUSEError(errno.EINTR)
+        finally:
+            self.blocking.release()
+
+    async def read(self, fh, off, size):
+        h = self.handles.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        if h.kind == "file":
+            return h.data[off:off + size]
+        if h.kind == "stream":
+            buf = h.proc.trace if h.k == I.K["trace"] else h.proc.events
+            return bytes(buf[off:off + size])
+        if h.kind == "wait":
+            proc = h.proc
+            await self._block_until(h, lambda: proc.exited_event.is_set(), lambda: proc.exited_event)
+            return proc.wait_line().encode()[off:off + size]
+        if h.kind == "new":
+            data = bytes(h.out[h.cursor:h.cursor + size])
+            h.cursor += len(data)
+            return data
+        if h.kind == "llm":
+            conv = h.conv
+            await self._block_until(h, conv.ready, lambda: conv.changed)
+            try:
+                return conv.take(size)
+            except SyscallError as exc:
+                raise fuse_error(exc) from None
+        raise pyfuse3.FUSEError(errno.EBADF)
+
+    async def write(self, fh, off, buf):
+        h = self.handles.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        try:
+            if h.kind == "new":
+                return await self._spawn(h, buf)
+            if h.kind == "llm":
+                h.conv.send(buf)
+                return len(buf)
+            if h.kind == "file" and h.k == I.K["ctl"]:
+                await self.kernel.signal(h.proc.pid, _text(buf, "command"))
+                return len(buf)
+            if h.kind == "file" and h.k == I.K["context"]:
+                text = _text(buf, "context text").strip()
+                if not text:
+                    raise SyscallError(Code.INVALID, "empty message", syscall="Steer")
+                await self.kernel.steer(h.proc.pid, text)
+                return len(buf)
+        except SyscallError as exc:
+            raise fuse_error(exc) from None
+        raise pyfuse3.FUSEError(errno.EBADF)
+
+    async def _spawn(self, h: Handle, buf: bytes) -> int:
+        try:
+            req = spawn_request.parse(buf)
+            proc = await self.kernel.spawn(req)
+        except SyscallError as exc:
+            h.out += f"error: {exc.cause}\n".encode()
+            raise
+        h.out += f"{proc.pid}\n".encode()
+        return len(buf)
+
+    async def flush(self, fh):
+        pass
+
+    async def release(self, fh):
+        h = self.handles.pop(fh, None)
+        if h is not None and h.conv is not None:
+            h.conv.close()
+
+    async def releasedir(self, fh):
+        pass
+
+    async def forget(self, inode_list):
+        pass  # inode numbers are computed, nothing to free
+
+    # -- xattrs and statfs --------------------------------------------------------------
+    async def getxattr(self, inode, name, ctx):
+        if inode == I.ROOT and name == XATTR_DAEMON:
+            return json.dumps(self.daemon_info()).encode()
+        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+
+    async def listxattr(self, inode, ctx):
+        return [XATTR_DAEMON] if inode == I.ROOT else []
+
+    async def statfs(self, ctx):
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 4096
+        s.f_namemax = 255
+        s.f_files = len(self.kernel.table) + 16
+        return s
+
+
+def _text(buf: bytes, what: str) -> str:
+    try:
+        return buf.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SyscallError(Code.INVALID, f"{what} is not UTF-8") from None

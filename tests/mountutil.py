@@ -1,0 +1,163 @@
+"""Real mounts for tests: mount in tmp_path, drive with real processes,
+always unmount in a finalizer (fusermount3 -u, then -z), never leave a
+daemon behind."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+RNIXFS = [sys.executable, "-m", "rnixfs.cli"]
+FUSERMOUNT = shutil.which("fusermount3") or "fusermount3"
+
+
+def have_fuse() -> bool:
+    return os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
+
+
+def rnixfs(*args: str, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run([*RNIXFS, *args], capture_output=True, text=True, timeout=timeout,
+                         stdin=subprocess.DEVNULL, **kw)
+    if check and res.returncode != 0:
+        raise AssertionError(f"rnixfs {' '.join(args)} failed ({res.returncode}): {res.stderr}")
+    return res
+
+
+def sh(script: str, *, timeout: float = 60, check: bool = False, **kw) -> subprocess.CompletedProcess:
+    """Run a bash snippet the way a user would."""
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=timeout,
+                         stdin=subprocess.DEVNULL, **kw)
+    if check and res.returncode != 0:
+        raise AssertionError(f"bash failed ({res.returncode}): {script}\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def wait_for(cond, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def mounted_points() -> set[str]:
+    with open("/proc/mounts") as f:
+        return {line.split()[1] for line in f if " fuse.rnixfs " in line}
+
+
+@dataclass
+class Mount:
+    path: Path
+    project: Path
+    state_dir: Path
+    config_dir: Path
+    daemon_pid: int
+
+    def p(self, rel: str) -> str:
+        return str(self.path / rel)
+
+    def spawn(self, request: str) -> int:
+        """Spawn through proc/new the shell way; return the PID read back."""
+        res = sh(f'exec 3<>"{self.path}/proc/new"; printf "%s" "$REQ" >&3 && read -r pid <&3 && echo "$pid"',
+                 env={**os.environ, "REQ": request}, check=True)
+        return int(res.stdout.strip())
+
+    def status(self, pid: int) -> dict:
+        return json.loads((self.path / "proc" / str(pid) / "status").read_text())
+
+    def wait(self, pid: int, timeout: float = 60) -> str:
+        res = subprocess.run(["cat", self.p(f"proc/{pid}/wait")], capture_output=True, text=True,
+                             timeout=timeout)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def daemon_alive(self) -> bool:
+        try:
+            os.kill(self.daemon_pid, 0)
+        except ProcessLookupError:
+            return False
+        return (self.path / "proc").is_dir()
+
+    def log(self) -> str:
+        p = self.state_dir / "daemon.log"
+        return p.read_text() if p.exists() else ""
+
+
+def write_providers(config_dir: Path, text: str) -> None:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "providers.yaml").write_text(text)
+
+
+def scripted_providers(url: str, default: str = "scripted", **extra) -> str:
+    lines = [f"default: {default}", "providers:", "  scripted:", "    type: openai",
+             f"    base_url: {url}", "    model: scripted-model", "    timeout: 10",
+             "    max_retries: 2", "    retry_initial: 0.01", "    retry_max: 0.05"]
+    lines += [f"    {k}: {v}" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def do_mount(tmp: Path, providers_yaml: str | None, *extra: str, name: str = "mnt") -> Mount:
+    mnt, project = tmp / name, tmp / "project"
+    state_dir, config_dir = tmp / "state", tmp / "config"
+    for d in (mnt, project, state_dir, config_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    if providers_yaml is not None:
+        write_providers(config_dir, providers_yaml)
+    rnixfs("mount", str(mnt), "--project", str(project), "--state-dir", str(state_dir),
+           "--config-dir", str(config_dir), *extra)
+    info = json.loads(os.getxattr(mnt, "user.rnixfs.daemon"))
+    return Mount(mnt, project, state_dir, config_dir, info["pid"])
+
+
+def cleanup(m: Mount) -> None:
+    """Unmount and make sure the daemon is gone (by its PID only)."""
+    if str(m.path) in mounted_points():
+        res = subprocess.run([FUSERMOUNT, "-u", str(m.path)], capture_output=True)
+        if res.returncode != 0:
+            subprocess.run([FUSERMOUNT, "-u", "-z", str(m.path)], capture_output=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(m.daemon_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(m.daemon_pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+needs_fuse = pytest.mark.skipif(not have_fuse(), reason="needs /dev/fuse and fusermount3")
+
+
+@pytest.fixture
+def mount_factory(tmp_path, request):
+    """mount_factory(providers_yaml, *extra_args, name=...) -> Mount."""
+    mounts: list[Mount] = []
+
+    def make(providers_yaml: str | None, *extra: str, name: str = "mnt") -> Mount:
+        m = do_mount(tmp_path, providers_yaml, *extra, name=name)
+        mounts.append(m)
+        return m
+
+    yield make
+    for m in mounts:
+        cleanup(m)
+
+
+@pytest.fixture
+def mnt(mount_factory, scripted_server) -> Mount:
+    """A real mount whose default provider is the scripted server."""
+    return mount_factory(scripted_providers(scripted_server.url))
