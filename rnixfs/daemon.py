@@ -76,7 +76,7 @@ class Daemon:
         token = trio.lowlevel.current_trio_token()
         store.dispatch = lambda callbacks: token.run_sync_soon(_run_all, callbacks)
         store.start()
-        self.providers = ProviderRegistry(providers_cfg, cfg.state_dir)
+        self.providers = ProviderRegistry.from_config(providers_cfg, cfg.state_dir)
         project = cfg.project
         agent_dirs = [project / ".rnix" / "agents", cfg.config_dir / "agents"]
         skill_dirs = [project / ".rnix" / "skills", cfg.config_dir / "skills"]
