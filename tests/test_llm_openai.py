@@ -209,3 +209,34 @@ def test_cancellation_closes_cleanly(scripted_server):
         return scope.cancelled_caught
     assert trio.run(main)
     assert len(scripted_server.requests) == 1
+
+
+def test_registry_from_config(scripted_server, tmp_path, monkeypatch):
+    from rnixfs.config import parse_providers
+    from rnixfs.devices.llm.registry import ProviderRegistry
+
+    monkeypatch.setenv("RNIX_TEST_KEY", KEY)
+    cfg = parse_providers(f"""
+default: scripted
+providers:
+  scripted: {{type: openai, base_url: "{scripted_server.url}", model: s, api_key: "${{RNIX_TEST_KEY}}"}}
+""")
+    reg = ProviderRegistry.from_config(cfg, tmp_path)
+    assert reg.default_name == "scripted" and reg.names() == ["local", "scripted"]
+    assert reg.get().name == "scripted" and reg.get("local").describe()["state"] == "stopped"
+    with pytest.raises(KeyError):
+        reg.get("nope")
+    assert KEY not in str(reg.describe())
+
+    async def main():
+        try:
+            chunks = []
+            async with aclosing(reg.get("scripted").stream_chat(
+                    [{"role": "user", "content": "via registry"}])) as agen:
+                async for c in agen:
+                    chunks.append(c)
+            return "".join(c.text for c in chunks)
+        finally:
+            await reg.aclose()  # local was never started: nothing to stop
+
+    assert trio.run(main) == "echo: via registry"

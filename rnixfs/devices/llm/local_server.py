@@ -1,0 +1,88 @@
+"""Serve the embedded GGUF model over OpenAI-compatible HTTP on 127.0.0.1.
+
+Runs as its own process (``python -m rnixfs.devices.llm.local_server``) so a
+crash or a memory spike in llama.cpp cannot take the FUSE daemon down, and so
+the daemon can always reclaim the ~300 MB by killing it. Exits on SIGTERM or
+SIGINT, and when its parent dies (no orphans after a daemon crash).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the parent exits (best effort)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rnixfs.devices.llm.local_server")
+    ap.add_argument("--model", required=True, type=Path, help="path to the GGUF file")
+    ap.add_argument("--port", type=int, default=0, help="0 = any free port")
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ready-file", type=Path,
+                    help="write the listening address here once serving")
+    ap.add_argument("--parent-pid", type=int, help="exit if this process goes away")
+    args = ap.parse_args(argv)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    _die_with_parent()
+    if args.parent_pid and os.getppid() != args.parent_pid:
+        return 1  # the parent died before prctl took effect
+
+    try:
+        import xllamacpp
+    except ImportError as e:
+        print(f"local_server: xllamacpp is not installed ({e})", file=sys.stderr)
+        return 2
+    if not args.model.is_file():
+        print(f"local_server: no model file at {args.model}", file=sys.stderr)
+        return 2
+
+    p = xllamacpp.CommonParams()
+    p.model.path = str(args.model)
+    p.hostnames = ["127.0.0.1"]
+    p.port = args.port
+    p.n_ctx = args.ctx
+    p.n_parallel = args.parallel
+    p.use_jinja = True
+    p.verbosity = 0  # errors and the startup banner only
+    p.cpuparams.n_threads = args.threads
+    p.cpuparams_batch.n_threads = args.threads
+    server = xllamacpp.Server(p)  # loads the model and starts serving
+    address = server.listening_address
+    print(f"listening on {address}/v1", flush=True)
+    if args.ready_file:
+        tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
+        tmp.write_text(address + "\n")
+        tmp.replace(args.ready_file)
+
+    while not stop.wait(1.0):
+        if args.parent_pid and os.getppid() != args.parent_pid:
+            break
+    print("local_server: stopping", flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # llama.cpp's server threads are not joinable from Python; the model is
+    # read-only, so leaving without destructors loses nothing.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
