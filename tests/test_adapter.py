@@ -1,0 +1,204 @@
+"""Tier 2: the FUSE adapter against a live kernel, without a mount.
+
+Operations methods are called directly (as pyfuse3 would), so errno
+mapping and cache policy are checked without the kernel's VFS in between.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from types import SimpleNamespace
+
+import pyfuse3
+import pytest
+import trio
+
+from rnixfs.fuse import inodes as I
+from rnixfs.fuse.ops import Operations
+from tests.test_kernel import Providers
+from rnixfs.kernel.kernel import Kernel
+from rnixfs.store import Store
+
+ME = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o22)
+GONE = SimpleNamespace(pid=2**22 + 12345, uid=0, gid=0, umask=0o22)  # no such host pid
+
+
+def with_ops(tmp_path, url, body, *, max_blocking=16):
+    out = {}
+
+    async def main():
+        store = Store(tmp_path / "rnixfs.db")
+        token = trio.lowlevel.current_trio_token()
+        store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
+        store.start()
+        providers = Providers(url)
+        kernel = Kernel(store, providers, daemon_id="t", project=tmp_path)
+        async with trio.open_nursery() as n:
+            await n.start(kernel.run)
+            ops = Operations(kernel, providers, n, daemon_info=lambda: {"pid": 1},
+                             max_blocking=max_blocking)
+            with trio.fail_after(60):
+                out["v"] = await body(ops, kernel)
+            await kernel.shutdown()
+            await providers.aclose()
+            n.cancel_scope.cancel()
+        await trio.to_thread.run_sync(store.stop)
+
+    trio.run(main)
+    return out["v"]
+
+
+async def fuse_errno(coro) -> int:
+    with pytest.raises(pyfuse3.FUSEError) as exc:
+        await coro
+    return exc.value.errno
+
+
+async def spawn(ops, data: bytes):
+    fi = await ops.open(I.PROC_NEW, os.O_RDWR, ME)
+    await ops.write(fi.fh, 0, data)
+    pid = int((await ops.read(fi.fh, 0, 100)).decode())
+    await ops.release(fi.fh)
+    return pid
+
+
+def test_tree_and_modes(tmp_path, scripted_server):
+    async def body(ops, k):
+        proc = await ops.lookup(I.ROOT, b"proc")
+        new = await ops.lookup(I.PROC, b"new")
+        llm = await ops.lookup(await_ino(await ops.lookup(I.ROOT, b"dev")), b"llm")
+        scripted = await ops.lookup(llm.st_ino, b"scripted")
+        missing = await fuse_errno(ops.lookup(I.PROC, b"999"))
+        zero = await fuse_errno(ops.lookup(I.PROC, b"01"))
+        xattr = json.loads(await ops.getxattr(I.ROOT, b"user.rnixfs.daemon", ME))
+        return proc, new, scripted, missing, zero, xattr
+
+    proc, new, scripted, missing, zero, xattr = with_ops(tmp_path, scripted_server.url, body)
+    assert stat.S_ISDIR(proc.st_mode) and stat.S_IMODE(new.st_mode) == 0o666
+    assert stat.S_ISREG(scripted.st_mode)
+    assert missing == zero == errno.ENOENT
+    assert xattr == {"pid": 1}
+
+
+def await_ino(attr):
+    return attr.st_ino
+
+
+def test_spawn_errors_and_readback(tmp_path, scripted_server):
+    async def body(ops, k):
+        fi = await ops.open(I.PROC_NEW, os.O_RDWR, ME)
+        codes = [
+            await fuse_errno(ops.write(fi.fh, 0, b'{"agent": "nope", "intent": "x"}')),
+            await fuse_errno(ops.write(fi.fh, 0, b"{bad json")),
+            await fuse_errno(ops.write(fi.fh, 0, b"x" * (64 * 1024 + 1))),
+        ]
+        await ops.write(fi.fh, 0, b"first")
+        await ops.write(fi.fh, 0, b"second")
+        text = (await ops.read(fi.fh, 0, 4096)).decode()
+        eof = await ops.read(fi.fh, 0, 4096)
+        await ops.release(fi.fh)
+        return codes, text, eof, len(k.table)
+
+    codes, text, eof, count = with_ops(tmp_path, scripted_server.url, body)
+    assert codes == [errno.ENOENT, errno.EINVAL, errno.EFBIG]
+    lines = text.splitlines()
+    assert lines[0] == 'error: agent "nope" not found'
+    assert lines[1].startswith("error: bad JSON") and lines[2].startswith("error: request is")
+    assert lines[3:] == ["1", "2"] and eof == b"" and count == 2
+
+
+def test_cache_policy_and_read_only_files(tmp_path, scripted_server):
+    async def body(ops, k):
+        pid = await spawn(ops, b"[[chunk-delay:0.2]] [[tokens:4]] slow")
+        running = await ops.open(I.pid_ino(pid, I.K["result"]), os.O_RDONLY, ME)
+        trace_attr = await ops.getattr(I.pid_ino(pid, I.K["trace"]))
+        intent = await ops.open(I.pid_ino(pid, I.K["intent"]), os.O_RDONLY, ME)
+        eacces = await fuse_errno(ops.open(I.pid_ino(pid, I.K["status"]), os.O_WRONLY, ME))
+        trunc = await fuse_errno(ops.setattr(I.pid_ino(pid, I.K["status"]), pyfuse3.EntryAttributes(),
+                                             SimpleNamespace(update_size=True), None, ME))
+        await k.table[pid].exited_event.wait()
+        done = await ops.open(I.pid_ino(pid, I.K["result"]), os.O_RDONLY, ME)
+        result = await ops.read(done.fh, 0, 4096)
+        done_attr = await ops.getattr(I.pid_ino(pid, I.K["result"]))
+        return running, trace_attr, intent, eacces, trunc, done, result, done_attr
+
+    running, trace_attr, intent, eacces, trunc, done, result, done_attr = with_ops(
+        tmp_path, scripted_server.url, body)
+    assert running.direct_io and not running.keep_cache
+    assert trace_attr.attr_timeout == 0
+    assert intent.keep_cache and not intent.direct_io
+    assert eacces == errno.EACCES and trunc == errno.EACCES
+    assert done.keep_cache and done_attr.attr_timeout >= 60
+    assert result == b"alpha bravo charlie delta\n" and done_attr.st_size == len(result)
+
+
+def test_ctl_context_and_wait(tmp_path, scripted_server):
+    async def body(ops, k):
+        pid = await spawn(ops, b"[[chunk-delay:0.2]] [[tokens:5]] slow")
+        ctl = await ops.open(I.pid_ino(pid, I.K["ctl"]), os.O_WRONLY, ME)
+        ctx = await ops.open(I.pid_ino(pid, I.K["context"]), os.O_WRONLY, ME)
+        bogus = await fuse_errno(ops.write(ctl.fh, 0, b"bogus\n"))
+        empty = await fuse_errno(ops.write(ctx.fh, 0, b"  \n"))
+        await ops.write(ctl.fh, 0, b"kill\n")
+        wait = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, ME)
+        line = await ops.read(wait.fh, 0, 4096)
+        esrch = await fuse_errno(ops.write(ctl.fh, 0, b"term"))
+        steer_dead = await fuse_errno(ops.write(ctx.fh, 0, b"hello"))
+        await ops.write(ctl.fh, 0, b"reap")
+        gone = await fuse_errno(ops.getattr(I.pid_ino(pid, I.K["status"])))
+        return bogus, empty, line, esrch, steer_dead, gone
+
+    bogus, empty, line, esrch, steer_dead, gone = with_ops(tmp_path, scripted_server.url, body)
+    assert bogus == empty == errno.EINVAL
+    assert line.startswith(b"exited(137) steps=1 ")
+    assert esrch == steer_dead == errno.ESRCH
+    assert gone == errno.ENOENT
+
+
+def test_blocking_reads_notice_gone_callers_and_cap(tmp_path, scripted_server):
+    async def body(ops, k):
+        pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
+        wait_gone = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, GONE)
+        eintr = await fuse_errno(ops.read(wait_gone.fh, 0, 100))
+        # One slot: a reader that waits holds it, the next one gets EAGAIN.
+        held = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, ME)
+        async with trio.open_nursery() as n:
+            n.start_soon(ops.read, held.fh, 0, 100)
+            await trio.sleep(0.2)
+            second = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, ME)
+            eagain = await fuse_errno(ops.read(second.fh, 0, 100))
+            attr = await ops.getattr(I.PROC_NEW)  # non-blocking calls still answer
+            n.cancel_scope.cancel()
+        return eintr, eagain, attr
+
+    eintr, eagain, attr = with_ops(tmp_path, scripted_server.url, body, max_blocking=1)
+    assert eintr == errno.EINTR and eagain == errno.EAGAIN and attr.st_ino == I.PROC_NEW
+
+
+def test_llm_conversation_handle(tmp_path, scripted_server):
+    async def body(ops, k):
+        ino = (await ops.lookup(I.DEV_LLM, b"scripted")).st_ino
+        fi = await ops.open(ino, os.O_RDWR, ME)
+
+        async def drain():
+            out = b""
+            while chunk := await ops.read(fi.fh, 0, 7):
+                out += chunk
+            return out
+
+        await ops.write(fi.fh, 0, b"[[chunk-delay:0.05]] hello there")
+        busy = await fuse_errno(ops.write(fi.fh, 0, b"too soon"))
+        first = await drain()
+        await ops.write(fi.fh, 0, b'{"role": "user", "content": "second"}')
+        second = await drain()
+        bad = await fuse_errno(ops.write(fi.fh, 0, b'{"role": "robot", "content": "x"}'))
+        await ops.release(fi.fh)
+        return busy, first, second, bad
+
+    busy, first, second, bad = with_ops(tmp_path, scripted_server.url, body)
+    assert busy == errno.EBUSY and bad == errno.EINVAL
+    assert first == b"echo: hello there\n" and second == b"echo: second\n"
+    body = scripted_server.requests[-1]
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
