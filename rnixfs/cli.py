@@ -67,7 +67,8 @@ def main() -> None:
 @click.option("--linger", type=click.FloatRange(0, 365 * 86400), default=600.0, show_default=True,
               help="Seconds a zombie stays in proc/ before it is reaped.")
 @click.option("--allow-other", is_flag=True, help="Let other users see the mount.")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              default="INFO")
 @click.option("--ready-fd", type=int, hidden=True)
 def mount(mountpoint, project, foreground, state_dir, config_dir, linger, allow_other, log_level, ready_fd):
     """Mount rnixfs at MOUNTPOINT; returns once the mount is ready."""
