@@ -206,18 +206,20 @@ def umount(mountpoint, lazy, timeout):
 
 def _format_status(info: dict) -> str:
     procs = info.get("processes", {})
-    counts = " ".join(f"{k}={procs[k]}" for k in ("created", "running", "zombie", "paused") if k in procs)
+    counts = " ".join(f"{k}={procs.get(k, 0)}" for k in ("created", "running", "zombie", "paused"))
     lines = [
         f"mount:     {info['mountpoint']}",
         f"daemon:    pid {info['pid']}, up {_duration(info['uptime'])}, rnixfs {info['version']}",
         f"project:   {info['project']}",
         f"state:     {info['state_dir']}",
-        f"processes: {counts or 'none'}",
+        f"processes: {counts}",
         "providers:",
     ]
-    for name, desc in sorted(info.get("providers", {}).items()):
+    providers = info.get("providers", {})
+    for name, desc in sorted(providers.get("providers", {}).items()):
         facts = ", ".join(f"{k}={v}" for k, v in desc.items() if v not in (None, ""))
-        lines.append(f"  {name}: {facts}")
+        mark = " (default)" if name == providers.get("default") else ""
+        lines.append(f"  {name}{mark}: {facts}")
     return "\n".join(lines)
 
 

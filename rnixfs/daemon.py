@@ -92,13 +92,15 @@ class Daemon:
                 ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
                                  max_blocking=fuse_mount.MAX_BLOCKING)
                 fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
+                signalled: list[int] = []
                 unmounted = False
                 try:
-                    nursery.start_soon(_on_signals)
+                    nursery.start_soon(_on_signals, signalled)
                     log.info("mounted at %s (pid %d)", cfg.mountpoint, os.getpid())
                     on_ready()
                     await fuse_mount.serve()
-                    unmounted = True
+                    # serve() also returns after terminate(): then we unmount.
+                    unmounted = not signalled
                 finally:
                     with trio.CancelScope(shield=True):
                         log.info("shutting down")
@@ -112,10 +114,11 @@ class Daemon:
         log.info("stopped")
 
 
-async def _on_signals() -> None:
+async def _on_signals(signalled: list[int]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("signal %d: unmounting", signum)
+            signalled.append(signum)
             fuse_mount.terminate()
             return
 
