@@ -355,7 +355,7 @@ def run(args) -> dict:
     quick = args.quick
     target = 1000 if quick else 10_000  # processes in proc/ for the ls benchmark
     rounds, per_round = (10, 200) if quick else (20, 500)
-    cat_rounds, cat_n = (4, 50) if quick else (10, 100)
+    cat_rounds, cat_n = (4, 50) if quick else (20, 50)
     ls_rounds = 5 if quick else 10
     out: dict = {"meta": {
         "quick": quick, "python": platform.python_version(), "machine": platform.machine(),
