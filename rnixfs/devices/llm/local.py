@@ -3,6 +3,8 @@
 The model runs in a child process (local_server.py) started lazily on first
 use and stopped by ``aclose()``; requests go to it through the ordinary
 OpenAI driver, so retries, streaming and errors behave like any endpoint.
+The child holds the read end of a pipe whose write end only we hold: if this
+process dies, the child sees EOF and exits (no orphaned 300 MB servers).
 """
 from __future__ import annotations
 
@@ -148,6 +150,9 @@ class LocalProvider:
                 await self._stop()
             try:
                 await self._start()
+            except OSError as e:
+                await self._stop()
+                raise LLMError(f"cannot start the local model server: {e}") from None
             except BaseException:
                 await self._stop()
                 raise
@@ -165,13 +170,14 @@ class LocalProvider:
                "--model", str(model), "--port", "0",
                "--ctx", str(self.cfg.ctx), "--parallel", str(self.cfg.parallel),
                "--threads", str(self.cfg.threads),
-               "--ready-file", str(ready), "--parent-pid", str(os.getpid())]
+               "--ready-file", str(ready), "--parent-pid", str(os.getpid()),
+               "--watch-stdin"]
         with open(log_path, "ab") as logf:
             logf.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {MODEL_NAME}\n".encode())
             logf.flush()
             t0 = time.monotonic()
             self._proc = await trio.lowlevel.open_process(
-                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                cmd, stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT,
                 start_new_session=True)
         log.info("local model server starting (pid %d, log %s)", self._proc.pid, log_path)
         address = await self._wait_ready(ready, log_path)
@@ -189,7 +195,7 @@ class LocalProvider:
         with trio.move_on_after(START_TIMEOUT):
             async with httpx.AsyncClient(timeout=2.0) as client:
                 while True:
-                    if self._proc.returncode is not None or self._proc.poll() is not None:
+                    if self._proc.poll() is not None:
                         raise LLMError(f"local model server exited with status "
                                        f"{self._proc.returncode}: {_tail(log_path)}")
                     if address is None and ready.exists():
@@ -214,6 +220,8 @@ class LocalProvider:
                 await inner.aclose()
             if proc is None:
                 return
+            if proc.stdin is not None:
+                await proc.stdin.aclose()  # EOF: the server's own exit path
             if proc.returncode is None:
                 proc.terminate()
                 with trio.move_on_after(STOP_GRACE):

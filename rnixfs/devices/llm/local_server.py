@@ -3,28 +3,31 @@
 Runs as its own process (``python -m rnixfs.devices.llm.local_server``) so a
 crash or a memory spike in llama.cpp cannot take the FUSE daemon down, and so
 the daemon can always reclaim the ~300 MB by killing it. Exits on SIGTERM or
-SIGINT, and when its parent dies (no orphans after a daemon crash).
+SIGINT, and when its parent dies (no orphans after a daemon crash): with
+``--watch-stdin`` on EOF of stdin (a pipe only the parent holds), and with
+``--parent-pid`` when it is reparented. Not PR_SET_PDEATHSIG: that fires when
+the parent *thread* that forked exits, and trio forks from a worker thread.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
 
-
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM when the parent exits (best effort)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def _watch_stdin(stop: threading.Event) -> None:
+    """Set ``stop`` when stdin reaches EOF (the parent closed it or died)."""
+    def run() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        stop.set()
+    threading.Thread(target=run, name="stdin-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,14 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-file", type=Path,
                     help="write the listening address here once serving")
     ap.add_argument("--parent-pid", type=int, help="exit if this process goes away")
+    ap.add_argument("--watch-stdin", action="store_true", help="exit on EOF of stdin")
     args = ap.parse_args(argv)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    _die_with_parent()
+    if args.watch_stdin:
+        _watch_stdin(stop)
     if args.parent_pid and os.getppid() != args.parent_pid:
-        return 1  # the parent died before prctl took effect
+        return 1  # the parent is already gone
 
     try:
         import xllamacpp
@@ -73,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(address + "\n")
         tmp.replace(args.ready_file)
 
-    while not stop.wait(1.0):
+    while not stop.wait(0.5):
         if args.parent_pid and os.getppid() != args.parent_pid:
+            print("local_server: parent is gone", flush=True)
             break
     print("local_server: stopping", flush=True)
     sys.stdout.flush()
