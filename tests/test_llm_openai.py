@@ -240,3 +240,94 @@ providers:
             await reg.aclose()  # local was never started: nothing to stop
 
     assert trio.run(main) == "echo: via registry"
+
+
+# --- the scripted server itself (a shared test asset) ------------------------
+
+def test_scripted_server_directives_and_non_streaming(scripted_server):
+    import httpx
+
+    def ask(content, **body):
+        r = httpx.post(f"{scripted_server.url}/chat/completions", timeout=10,
+                       json={"messages": [{"role": "system", "content": "be brief"},
+                                          {"role": "user", "content": content}], **body})
+        return r.json()
+
+    d = ask("[[reply:Paris is the capital.]]")
+    assert d["choices"][0]["message"]["content"] == "Paris is the capital."
+    # prompt: "be brief" (2) + the 4 whitespace words of the directive message
+    assert d["usage"] == {"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10}
+    assert ask("[[tokens:5]]")["usage"]["completion_tokens"] == 5
+    d = ask("[[tokens:50]]", max_tokens=3)
+    assert d["usage"]["completion_tokens"] == 3 and d["choices"][0]["finish_reason"] == "length"
+    assert httpx.get(f"{scripted_server.base}/health").status_code == 200
+    assert httpx.get(f"{scripted_server.url}/models").json()["data"][0]["id"] == "scripted"
+    r = httpx.post(f"{scripted_server.url}/chat/completions",
+                   json={"messages": [{"role": "user", "content": "[[fault:429x1:retry-after=2]]"}]})
+    assert r.status_code == 429 and r.headers["retry-after"] == "2"
+
+
+def test_scripted_server_delays_and_zero_latency():
+    from tests.scripted_server import ScriptedServer
+
+    async def timed(server, content):
+        p = make(server)
+        t0 = trio.current_time()
+        async with aclosing(p.stream_chat([{"role": "user", "content": content}])) as agen:
+            async for _ in agen:
+                pass
+        await p.aclose()
+        return trio.current_time() - t0
+
+    slow = "[[delay:0.3]] [[chunk-delay:0.05]] [[tokens:6]]"
+    with ScriptedServer() as s:
+        assert trio.run(timed, s, slow) >= 0.5
+    with ScriptedServer(zero_latency=True) as s:
+        assert trio.run(timed, s, slow) < 0.3
+
+
+def test_scripted_server_stop_wakes_hanging_handlers():
+    import threading
+    import httpx
+    from tests.scripted_server import ScriptedServer
+
+    s = ScriptedServer().start()
+    errors = []
+
+    def client():
+        try:
+            httpx.post(f"{s.url}/chat/completions", timeout=30,
+                       json={"stream": True, "messages": [{"role": "user", "content": "[[fault:timeout]]"}]})
+        except httpx.HTTPError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=client)
+    t.start()
+    while not s.requests:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    s.stop()
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - t0 < 3
+    assert errors
+
+
+def test_scripted_server_cli():
+    import subprocess
+    import sys
+    import httpx
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "tests.scripted_server", "--port", "0",
+                             "--zero-latency"], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().strip()
+        assert line.startswith("listening on http://127.0.0.1:") and line.endswith("/v1")
+        url = line.split()[-1]
+        r = httpx.post(f"{url}/chat/completions",
+                       json={"messages": [{"role": "user", "content": "ping"}]})
+        assert r.json()["choices"][0]["message"]["content"] == "echo: ping"
+    finally:
+        proc.terminate()
+        proc.wait(5)
