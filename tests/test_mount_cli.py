@@ -77,10 +77,35 @@ def test_status_text_and_json(mnt):
     assert str(mnt.path) in text
     assert "running=1" in text and "zombie=1" in text
     assert "scripted" in text and "local" in text and "scripted-model" in text
-    # without a mount point: every mount, ours among them
-    assert str(mnt.path) in rnixfs("status").stdout
-    everything = json.loads(rnixfs("status", "--json").stdout)
-    assert any(i["pid"] == mnt.daemon_pid for i in everything)
+    # without a mount point: every mount, ours among them (unless some other
+    # mount on this machine is stale, see test_status_of_all_mounts_with_a_stale_one)
+    if not [p for p in mounted_points() if p != str(mnt.path) and _stale(p)]:
+        assert str(mnt.path) in rnixfs("status").stdout
+        everything = json.loads(rnixfs("status", "--json").stdout)
+        assert any(i["pid"] == mnt.daemon_pid for i in everything)
+
+
+def _stale(point: str) -> bool:
+    try:
+        os.getxattr(point, "user.rnixfs.daemon")
+    except OSError as exc:
+        return exc.errno == errno.ENOTCONN
+    return False
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: `rnixfs status` without a mount point exits 1 at the first stale "
+                   "mount (daemon_info() calls fail()), so one dead daemon hides every healthy mount")
+def test_status_of_all_mounts_with_a_stale_one(mount_factory, scripted_server):
+    yaml = scripted_providers(scripted_server.url)
+    live = mount_factory(yaml, name="live")
+    dead = mount_factory(yaml, name="dead")
+    os.kill(dead.daemon_pid, signal.SIGKILL)
+    wait_for(lambda: _stale(str(dead.path)), 30, what="the dead mount to go stale")
+    res = rnixfs("status", check=False)
+    assert str(live.path) in res.stdout, res.stderr
+    assert str(dead.path) in res.stdout + res.stderr and "stale" in res.stdout + res.stderr
+    res = rnixfs("status", "--json", check=False)
+    assert any(i.get("pid") == live.daemon_pid for i in json.loads(res.stdout or "[]")), res.stderr
 
 
 def test_api_keys_never_show(mount_factory, scripted_server, monkeypatch):

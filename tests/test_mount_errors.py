@@ -349,6 +349,7 @@ BAD_CTL = [
 
 @pytest.mark.parametrize("data,reason", [c[1:] for c in BAD_CTL], ids=[c[0] for c in BAD_CTL])
 def test_bad_ctl_command_is_einval(mnt, hang, data, reason):
+    before = ls_proc(mnt)
     out = probe(mnt.p(f"proc/{hang}/ctl"), "w", data)
     assert out["open"] == 0
     assert out["steps"][0]["errno"] == errno.EINVAL
@@ -356,6 +357,7 @@ def test_bad_ctl_command_is_einval(mnt, hang, data, reason):
     st = mnt.status(hang)
     assert st["state"] == "running" and st["paused"] is False
     assert mnt.daemon_alive()
+    assert ls_proc(mnt) == before
 
 
 def test_bad_ctl_from_echo(mnt, hang):
@@ -407,12 +409,13 @@ def _context(m: Mount, pid: int) -> str:
     (b"\xff\xfe steer", errno.EINVAL, "context text is not UTF-8"),
 ], ids=["whitespace", "newline", "non-utf8"])
 def test_bad_steer_is_refused(mnt, hang, data, err, reason):
-    before = _context(mnt, hang)
+    before, listed = _context(mnt, hang), ls_proc(mnt)
     out = probe(mnt.p(f"proc/{hang}/context"), "a", data)
     assert out["steps"][0]["errno"] == err
     in_log(mnt, reason)
     assert _context(mnt, hang) == before
     assert mnt.daemon_alive()
+    assert ls_proc(mnt) == listed
 
 
 @pytest.mark.xfail(strict=True, reason="BUG: proc/<pid>/context has no size cap: a 70 000-byte append is "
@@ -467,6 +470,7 @@ BAD_LLM = [
 
 @pytest.mark.parametrize("data,err,reason", [c[1:] for c in BAD_LLM], ids=[c[0] for c in BAD_LLM])
 def test_bad_llm_message_then_the_handle_still_works(mnt, data, err, reason):
+    before = ls_proc(mnt)
     out = probe(mnt.p("dev/llm/scripted"), "rw", data, b"still here", None)
     assert out["open"] == 0
     assert out["steps"][0]["errno"] == err
@@ -474,6 +478,7 @@ def test_bad_llm_message_then_the_handle_still_works(mnt, data, err, reason):
     assert out["steps"][2] == {"errno": 0, "data": "echo: still here\n"}
     in_log(mnt, reason)
     assert mnt.daemon_alive()
+    assert ls_proc(mnt) == before  # a conversation is not a process
 
 
 def test_unknown_llm_provider_is_enoent(mnt):
