@@ -64,3 +64,23 @@ def test_error_text_is_readable():
     with pytest.raises(SyscallError) as exc:
         parse(b'{"intent": "x", "bogus": 1}')
     assert "unknown option 'bogus'" in exc.value.cause
+
+
+@pytest.mark.parametrize("data,last,expect", [
+    (b"summarize README.md\n", 20, "now"),
+    (b"no newline", 10, "now"),  # one write is one request
+    (b"a" * 4096, 4096, "more"),  # a full stdio buffer: the writer goes on
+    (b"a" * 4096 + b"\n", 4097, "now"),
+    (b'{"intent": "x",\n', 16, "more"),  # bash writes echo line by line
+    (b'{"intent": "unterminated', 24, "more"),
+    (b'{"intent": "x"}\n', 16, "now"),
+    (b'{"intent": x}\n', 14, "now"),  # broken, not unfinished: fail now
+    (b"intent: x\n", 10, "later"),  # a YAML request may go on
+    (b"note: hi\n", 9, "now"),  # not request options: plain text
+    ("é".encode()[:1] + b"a" * 4095, 4096, "now"),
+    (b"a" * 4095 + "é".encode()[:1], 4096, "more"),  # UTF-8 cut at a buffer edge
+])
+def test_framing(data, last, expect):
+    from rnixfs.kernel.request import framing
+
+    assert framing(data, last) == expect

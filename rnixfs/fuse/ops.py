@@ -36,11 +36,12 @@ LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
 WRITABLE = {I.K["ctl"], I.K["context"]}
 SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"]}
 CTL_HELP = b"term kill pause resume reap\n"
+MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
 
 
 class Handle:
-    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv")
+    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending")
 
     def __init__(self, kind: str, *, proc: Process | None = None, k: int = 0,
                  data: bytes = b"", caller: int = 0, conv: Conversation | None = None):
@@ -52,6 +53,7 @@ class Handle:
         self.out = bytearray()
         self.cursor = 0
         self.conv = conv
+        self.pending = bytearray()  # proc/new: bytes of a request not yet complete
 
 
 def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
@@ -87,7 +89,7 @@ class Operations(pyfuse3.Operations):
         a.st_nlink = 2 if stat.S_ISDIR(mode) else 1
         a.st_size = size
         a.st_uid, a.st_gid = self.uid, self.gid
-        a.st_blksize = 4096
+        a.st_blksize = spawn_request.WRITE_BLOCK
         a.st_blocks = (size + 511) // 512
         t = self.mounted_ns if ns is None else ns
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = t
@@ -334,6 +336,11 @@ class Operations(pyfuse3.Operations):
             await self._block_until(h, lambda: proc.exited_event.is_set(), lambda: proc.exited_event)
             return proc.wait_line().encode()[off:off + size]
         if h.kind == "new":
+            if h.pending:
+                try:
+                    await self._complete(h)
+                except SyscallError as exc:
+                    log.warning("%s", exc)  # the reason is the next line read
             data = bytes(h.out[h.cursor:h.cursor + size])
             h.cursor += len(data)
             return data
@@ -352,7 +359,7 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         try:
             if h.kind == "new":
-                return await self._spawn(h, buf)
+                return await self._spawn_write(h, buf)
             if h.kind == "llm":
                 h.conv.send(buf)
                 return len(buf)
@@ -360,6 +367,9 @@ class Operations(pyfuse3.Operations):
                 await self.kernel.signal(h.proc.pid, _text(buf, "command"))
                 return len(buf)
             if h.kind == "file" and h.k == I.K["context"]:
+                if len(buf) > MAX_STEER_BYTES:
+                    raise SyscallError(Code.TOO_BIG, f"message is {len(buf)} bytes; the cap is "
+                                       f"{MAX_STEER_BYTES}", syscall="Steer", pid=h.proc.pid)
                 text = _text(buf, "context text").strip()
                 if not text:
                     raise SyscallError(Code.INVALID, "empty message", syscall="Steer")
@@ -369,18 +379,65 @@ class Operations(pyfuse3.Operations):
             raise fuse_error(exc) from None
         raise pyfuse3.FUSEError(errno.EBADF)
 
-    async def _spawn(self, h: Handle, buf: bytes) -> int:
+    async def _spawn_write(self, h: Handle, buf: bytes) -> int:
+        h.pending += buf
+        if len(h.pending) > spawn_request.MAX_REQUEST_BYTES:
+            size = len(h.pending)
+            h.pending.clear()
+            reason = f"request is {size} bytes; the cap is {spawn_request.MAX_REQUEST_BYTES}"
+            if size > len(buf):
+                reason = f"request is over {size} bytes; the cap is {spawn_request.MAX_REQUEST_BYTES}"
+            h.out += f"error: {reason}\n".encode()
+            raise SyscallError(Code.TOO_BIG, reason, syscall="Spawn", device="/proc/new")
+        framing = spawn_request.framing(bytes(h.pending), len(buf))
+        if framing == "now":
+            await self._complete(h)
+        elif framing == "later":
+            self._check_early(h)
+        return len(buf)
+
+    def _check_early(self, h: Handle) -> None:
+        """A YAML request waits for its last line, but what is already wrong
+        fails this write (a missing intent may still come)."""
         try:
-            req = spawn_request.parse(buf)
-            proc = await self.kernel.spawn(req)
+            req = spawn_request.parse(bytes(h.pending))
+        except SyscallError as exc:
+            h.pending.clear()
+            h.out += f"error: {exc.cause}\n".encode()
+            raise
+        if req.intent == bytes(h.pending).decode().strip():
+            return  # no "intent" yet: plain text so far
+        try:
+            self.kernel.check(req)
+        except SyscallError as exc:
+            h.pending.clear()
+            h.out += f"error: {exc.cause}\n".encode()
+            raise
+
+    async def _complete(self, h: Handle) -> None:
+        """Spawn from the pending bytes; one line back per request."""
+        data = bytes(h.pending)
+        h.pending.clear()
+        try:
+            proc = await self.kernel.spawn(spawn_request.parse(data))
         except SyscallError as exc:
             h.out += f"error: {exc.cause}\n".encode()
             raise
         h.out += f"{proc.pid}\n".encode()
-        return len(buf)
 
     async def flush(self, fh):
-        pass
+        h = self.handles.get(fh)
+        if h is not None and h.kind == "new" and h.pending:
+            try:
+                await self._complete(h)
+            except SyscallError as exc:
+                raise fuse_error(exc) from None
+
+    # The tree's names are the kernel's: nothing is created, removed or renamed.
+    async def _refuse(self, *args, **kwargs):
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    create = mknod = mkdir = unlink = rmdir = rename = symlink = link = _refuse
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)

@@ -104,8 +104,9 @@ class Kernel:
         return price(proc.provider, proc.model, usage) if price else 0.0
 
     # -- spawn ---------------------------------------------------------------------
-    async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
-        """Validate everything first, so a bad request spawns nothing."""
+    def check(self, req: SpawnRequest) -> tuple[str, str, object, str]:
+        """Validate a request against agents, providers, skills and the
+        project; returns (agent, provider, driver, cwd). Raises, spawns nothing."""
         agent = req.agent or "default"
         if not self.agent_exists(agent):
             raise SyscallError(Code.NOT_FOUND, f'agent "{agent}" not found', syscall="Spawn", device="/proc/new")
@@ -119,7 +120,11 @@ class Kernel:
             if not self.skill_exists(skill):
                 raise SyscallError(Code.NOT_FOUND, f'skill "{skill}" not found', syscall="Spawn",
                                    device="/proc/new")
-        cwd = self._check_cwd(req.cwd)
+        return agent, provider, driver, self._check_cwd(req.cwd)
+
+    async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
+        """Validate everything first, so a bad request spawns nothing."""
+        agent, provider, driver, cwd = self.check(req)
         if ppid and ppid not in self.table:
             ppid = 0
         if self._nursery is None:

@@ -16,6 +16,7 @@ import yaml
 from .errors import Code, SyscallError
 
 MAX_REQUEST_BYTES = 64 * 1024
+WRITE_BLOCK = 4096  # st_blksize of proc/new: what stdio and bash flush at
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 OPTIONS = (
     "intent", "agent", "provider", "model", "max_steps", "max_tokens",
@@ -38,6 +39,40 @@ class SpawnRequest:
     skills: list[str] = field(default_factory=list)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+
+def framing(data: bytes, last_write: int) -> str:
+    """When the pending bytes of a proc/new handle form a request.
+
+    One write() is one request (DESIGN.md §1), except where a writer is
+    known to cut one request into several writes:
+    - stdio and bash flush a full buffer of st_blksize (4 KiB) bytes, so a
+      write of a whole number of buffers not ending in a newline goes on;
+    - a JSON object goes on until it parses (bash writes `echo` line by line);
+    - a YAML mapping of request options may go on over more lines, so it
+      completes when the handle is read or closed ("later").
+    Returns "now", "more" or "later".
+    """
+    full_buffers = last_write % WRITE_BLOCK == 0
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        cut = exc.reason == "unexpected end of data" and exc.end == len(data)
+        return "more" if cut and full_buffers else "now"
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            if exc.msg.startswith("Unterminated string") or exc.pos >= len(stripped):
+                return "more"
+        return "now"
+    if full_buffers and not text.endswith("\n"):
+        return "more"
+    mapping = _yaml_mapping(stripped)
+    if mapping and all(k in OPTIONS for k in mapping) and "\x00" not in text:
+        return "later"
+    return "now"
 
 
 def invalid(msg: str) -> SyscallError:
