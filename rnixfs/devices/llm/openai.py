@@ -205,26 +205,43 @@ class OpenAIProvider:
             if data == "[DONE]":
                 break
             try:
-                obj = json.loads(data)
-            except ValueError:
+                chunk, u, f = _parse_event(data)
+            except (ValueError, TypeError, AttributeError):
                 raise LLMError(f"malformed event from server: {_short(data, 80)!r}") from None
-            if not isinstance(obj, dict):
-                raise LLMError(f"malformed event from server: {_short(data, 80)!r}")
-            if "error" in obj:
-                err = obj["error"]
-                msg = err.get("message", err) if isinstance(err, dict) else err
-                raise LLMError(f"server error in stream: {_short(str(msg))}")
-            if u := obj.get("usage"):
-                usage = Usage(int(u.get("prompt_tokens") or 0),
-                              int(u.get("completion_tokens") or 0))
-            for choice in obj.get("choices") or ():
-                delta = choice.get("delta") or {}
-                text = delta.get("content") or ""
-                calls = delta.get("tool_calls") or []
-                if text or calls:
-                    yield ChatChunk(text=text, tool_calls=list(calls))
-                finish = choice.get("finish_reason") or finish
+            usage, finish = u or usage, f or finish
+            if chunk is not None:
+                yield chunk
         else:
             if finish is None:
                 raise _Truncated("stream interrupted: connection closed before the end of the reply")
         yield ChatChunk(usage=usage, finish_reason=finish)
+
+
+def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]:
+    """One chat.completion.chunk → (content chunk, usage, finish_reason).
+
+    Raises ValueError/TypeError/AttributeError on a malformed event, LLMError
+    on an error event.
+    """
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError("event is not an object")
+    if "error" in obj:
+        err = obj["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise LLMError(f"server error in stream: {_short(str(msg))}")
+    usage = None
+    if u := obj.get("usage"):
+        usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+    text, calls, finish = "", [], None
+    for choice in obj.get("choices") or ():
+        if choice.get("index", 0) != 0:
+            continue  # only the first choice is streamed
+        delta = choice.get("delta") or {}
+        text += delta.get("content") or ""
+        calls.extend(delta.get("tool_calls") or ())
+        finish = choice.get("finish_reason") or finish
+    if not isinstance(text, str):
+        raise TypeError("content is not a string")
+    chunk = ChatChunk(text=text, tool_calls=list(calls)) if text or calls else None
+    return chunk, usage, finish
