@@ -242,6 +242,26 @@ providers:
     assert trio.run(main) == "echo: via registry"
 
 
+def test_registry_price(tmp_path):
+    from rnixfs.config import parse_providers
+    from rnixfs.devices.llm.registry import ProviderRegistry
+
+    cfg = parse_providers("""
+providers:
+  paid: {type: openai, base_url: "http://127.0.0.1:9/v1", model: m1,
+         prices: {m1: {input: 0.15, output: 0.6}, m2: {input: 1000000}}}
+""")
+    reg = ProviderRegistry.from_config(cfg, tmp_path)
+    u = Usage(prompt_tokens=1_000_000, completion_tokens=2_000_000)
+    assert reg.price("paid", "m1", u) == pytest.approx(0.15 + 1.2)
+    assert reg.price("paid", None, u) == pytest.approx(1.35)  # default model
+    assert reg.price("paid", "m2", Usage(3, 7)) == pytest.approx(3.0)  # no output price: 0
+    assert reg.price("paid", "other", u) == 0.0
+    assert reg.price("local", None, u) == 0.0
+    assert reg.price("paid", "m1", None) == 0.0
+    trio.run(reg.aclose)
+
+
 # --- the scripted server itself (a shared test asset) ------------------------
 
 def test_scripted_server_directives_and_non_streaming(scripted_server):

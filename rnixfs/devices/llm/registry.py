@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 
 from rnixfs.config import ProviderConfig, ProvidersConfig
-from rnixfs.devices.llm.base import Provider
+from rnixfs.devices.llm.base import Provider, Usage
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +34,33 @@ def build_providers(cfg: ProvidersConfig, log_dir: Path) -> dict[str, Provider]:
 class ProviderRegistry:
     """Name → Provider. ``get`` raises KeyError for unknown names (→ ENOENT)."""
 
-    def __init__(self, providers: dict[str, Provider], default_name: str):
+    def __init__(self, providers: dict[str, Provider], default_name: str,
+                 prices: dict[str, dict[str, dict[str, float]]] | None = None):
         if default_name not in providers:
             raise KeyError(default_name)
         self._providers = dict(providers)
         self.default_name = default_name
+        self._prices = prices or {}
 
     @classmethod
     def from_config(cls, cfg: ProvidersConfig, log_dir: Path) -> "ProviderRegistry":
-        return cls(build_providers(cfg, log_dir), cfg.default)
+        return cls(build_providers(cfg, log_dir), cfg.default,
+                   {n: p.prices for n, p in cfg.providers.items() if p.prices})
+
+    def price(self, provider: str, model: str | None, usage: Usage | None) -> float:
+        """USD for ``usage`` from providers.yaml ``prices`` (per 1M tokens).
+
+        0.0 when the provider or model has no price (local models are free).
+        """
+        if usage is None:
+            return 0.0
+        if model is None and provider in self._providers:
+            model = self._providers[provider].default_model
+        p = self._prices.get(provider, {}).get(model or "")
+        if not p:
+            return 0.0
+        return (usage.prompt_tokens * p.get("input", 0.0)
+                + usage.completion_tokens * p.get("output", 0.0)) / 1_000_000
 
     def get(self, name: str | None = None) -> Provider:
         """The named provider, or the default one when ``name`` is None."""
