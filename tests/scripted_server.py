@@ -99,6 +99,7 @@ class ScriptedServer:
         self._fault_counts: dict[str, int] = {}
         self._stopping = threading.Event()
         self._conns: set[socket.socket] = set()
+        self.connections = 0  # accepted so far: shows whether clients reuse them
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._ids = itertools.count(1)
@@ -251,6 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         with self.owner._lock:
             self.owner._conns.add(self.connection)
+            self.owner.connections += 1
 
     def finish(self):
         try:

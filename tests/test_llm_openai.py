@@ -351,3 +351,19 @@ def test_scripted_server_cli():
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+def test_connection_is_reused_between_requests(scripted_server):
+    """The body is read past [DONE], so httpx keeps the connection."""
+    provider = make(scripted_server)
+
+    async def main():
+        for i in range(3):
+            async with aclosing(provider.stream_chat([{"role": "user", "content": f"n{i}"}])) as s:
+                async for _ in s:
+                    pass
+        await provider.aclose()
+
+    trio.run(main)
+    assert len(scripted_server.requests) == 3
+    assert scripted_server.connections == 1

@@ -397,8 +397,6 @@ def test_budget_max_steps_exits_10(mnt):
     assert "max_steps exceeded" in st["error"]["cause"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: prices in providers.yaml are never applied (ProviderRegistry "
-                   "has no price(); Kernel.price returns 0), so cost stays 0 and max_cost never ends a process")
 def test_budget_max_cost_exits_12(mount_factory, scripted_server):
     prices = "{scripted-model: {input: 1000000, output: 1000000}}"  # $1 per token
     m = mount_factory(scripted_providers(scripted_server.url, prices=prices))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import aclosing
 
 import trio
 
@@ -107,13 +108,13 @@ async def _step(kernel, proc: Process, provider, fd: int, device: str) -> str:
     async with tracer.syscall(proc, "Read", f"FD({fd})", device=device) as call:
         try:
             with trio.fail_after(timeout):
-                async for chunk in provider.stream_chat(
-                    proc.messages, model=proc.model, max_tokens=remaining
-                ):
-                    if chunk.text:
-                        parts.append(chunk.text)
-                    if chunk.usage is not None:
-                        usage = chunk.usage
+                stream = provider.stream_chat(proc.messages, model=proc.model, max_tokens=remaining)
+                async with aclosing(stream):  # a cancelled step closes its HTTP stream now
+                    async for chunk in stream:
+                        if chunk.text:
+                            parts.append(chunk.text)
+                        if chunk.usage is not None:
+                            usage = chunk.usage
         except trio.TooSlowError:
             raise SyscallError(Code.TIMEOUT, f"step_timeout of {timeout:g}s exceeded") from None
         except LLMTimeout as exc:

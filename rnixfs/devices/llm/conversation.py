@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import aclosing
 
 import trio
 
@@ -92,13 +93,14 @@ class Conversation:
         with trio.CancelScope() as scope:
             self._scope = scope
             try:
-                async for chunk in self.provider.stream_chat(
-                    list(self.messages), model=model, max_tokens=max_tokens, extra=options or None
-                ):
-                    if chunk.text:
-                        parts.append(chunk.text)
-                        self.buffer += chunk.text.encode()
-                        self._notify()
+                stream = self.provider.stream_chat(
+                    list(self.messages), model=model, max_tokens=max_tokens, extra=options or None)
+                async with aclosing(stream):
+                    async for chunk in stream:
+                        if chunk.text:
+                            parts.append(chunk.text)
+                            self.buffer += chunk.text.encode()
+                            self._notify()
                 self.messages.append({"role": "assistant", "content": "".join(parts)})
                 if parts and not parts[-1].endswith("\n"):
                     self.buffer += b"\n"

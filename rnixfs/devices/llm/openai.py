@@ -198,12 +198,14 @@ class OpenAIProvider:
         """Turn SSE events into ChatChunks; the last one carries usage/finish."""
         usage: Usage | None = None
         finish: str | None = None
+        done = False
         async for ev in es.aiter_sse():
             data = ev.data.strip()
-            if not data:
-                continue
+            if done or not data:
+                continue  # read the body to its end so the connection is reused
             if data == "[DONE]":
-                break
+                done = True
+                continue
             try:
                 chunk, u, f = _parse_event(data)
             except (ValueError, TypeError, AttributeError):
@@ -211,9 +213,8 @@ class OpenAIProvider:
             usage, finish = u or usage, f or finish
             if chunk is not None:
                 yield chunk
-        else:
-            if finish is None:
-                raise _Truncated("stream interrupted: connection closed before the end of the reply")
+        if not done and finish is None:
+            raise _Truncated("stream interrupted: connection closed before the end of the reply")
         yield ChatChunk(usage=usage, finish_reason=finish)
 
 
