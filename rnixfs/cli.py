@@ -39,8 +39,11 @@ def is_mounted(path: Path) -> bool:
     return str(path) in rnixfs_mounts()
 
 
-def daemon_info(mountpoint: Path) -> dict:
-    """Ask the daemon behind a mount about itself (an xattr on the root)."""
+def query_daemon(mountpoint: Path) -> dict:
+    """Ask the daemon behind a mount about itself (an xattr on the root).
+
+    Raises ClickException with a one-line reason for a stale or foreign mount.
+    """
     try:
         return json.loads(os.getxattr(mountpoint, XATTR_DAEMON))
     except OSError as exc:
@@ -186,12 +189,14 @@ def umount(mountpoint, lazy, timeout):
     except OSError as exc:
         if exc.errno != errno.ENOTCONN:
             fail(f"{mountpoint}: {exc.strerror}")
-        lazy = lazy or False  # stale: the daemon is gone, a plain unmount will do
     res = _fusermount("-u", *(["-z"] if lazy else []), str(mountpoint))
     if res.returncode != 0 and pid is None:
         res = _fusermount("-u", "-z", str(mountpoint))
     if res.returncode != 0:
         fail(f"{mountpoint}: {res.stderr.strip() or 'unmount failed'} (busy? try --lazy)")
+    if pid is not None and lazy:
+        click.echo(f"detached {mountpoint}; daemon {pid} exits when its last user lets go")
+        return
     if pid is not None:
         import psutil
 
@@ -233,14 +238,27 @@ def _duration(seconds: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(mountpoint, as_json):
     """Daemon pid, uptime, processes by state and providers of a mount (or all)."""
-    points = [mountpoint.absolute()] if mountpoint else [Path(p) for p in rnixfs_mounts()]
+    if mountpoint:
+        info = query_daemon(mountpoint.absolute())
+        click.echo(json.dumps(info, indent=2) if as_json else _format_status(info))
+        return
+    points = [Path(p) for p in rnixfs_mounts()]
     if not points:
         fail("no rnixfs mounts")
-    infos = [daemon_info(p) for p in points]
+    infos, problems = [], []
+    for point in points:  # one dead daemon must not hide the healthy mounts
+        try:
+            infos.append(query_daemon(point))
+        except click.ClickException as exc:
+            problems.append(exc.message)
     if as_json:
-        click.echo(json.dumps(infos[0] if mountpoint else infos, indent=2))
-        return
-    click.echo("\n\n".join(_format_status(i) for i in infos))
+        click.echo(json.dumps(infos, indent=2))
+    elif infos:
+        click.echo("\n\n".join(_format_status(i) for i in infos))
+    for problem in problems:
+        click.echo(problem, err=True)
+    if problems:
+        sys.exit(1)
 
 
 def _reader(state_dir: Path | None):

@@ -98,8 +98,6 @@ def _stale(point: str) -> bool:
     return False
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `rnixfs status` without a mount point exits 1 at the first stale "
-                   "mount (daemon_info() calls fail()), so one dead daemon hides every healthy mount")
 def test_status_of_all_mounts_with_a_stale_one(mount_factory, scripted_server):
     yaml = scripted_providers(scripted_server.url)
     live = mount_factory(yaml, name="live")
@@ -233,9 +231,6 @@ def test_umount_of_a_stale_mount(mount_factory, scripted_server):
     assert m2.wait(m2.spawn("back again")).startswith("exited(0) ")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `rnixfs umount --lazy` on a busy mount detaches it but then "
-                   "waits --timeout (30 s) for the daemon, which lives until the last user lets go, and exits 1 "
-                   "('unmounted, but daemon N did not exit'); lazy should return 0 once detached")
 def test_umount_lazy_with_a_busy_reader(mount_factory, scripted_server):
     m = mount_factory(scripted_providers(scripted_server.url))
     busy = subprocess.Popen(["bash", "-c", 'cd "$0" && exec sleep 600', m.p("proc")])
