@@ -1,0 +1,195 @@
+"""The system prompt of a process: instructions, AGENTS.md, skills.
+
+Order (seeds): agent instructions, then the project document (the nearest
+AGENTS.md), then skills: each loaded skill's body after a
+``Base directory for this skill: <dir>`` line, then the ``[Skill Synergy]``
+block, then the list of other available skills by metadata (name,
+description, location; the agentskills.io ``<available_skills>`` form).
+``build_system_prompt`` is a pure function of its inputs, so a prompt built
+once at spawn from frozen inputs is byte-identical at every step.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ..skills.model import Skill, SkillNotFound
+from ..skills.tools import union_tools
+from .manifest import AgentManifest
+
+log = logging.getLogger(__name__)
+
+AGENTS_MD = "AGENTS.md"
+PROJECT_DOC_BUDGET = 64 * 1024
+PROJECT_DOC_HEADER = "# Project Instructions (AGENTS.md)"
+SYNERGY_HEADER = "[Skill Synergy]"
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def project_doc(cwd: Path, project_root: Path, budget: int = PROJECT_DOC_BUDGET) -> str | None:
+    """The nearest AGENTS.md from ``cwd`` up to ``project_root`` (inclusive).
+
+    Never looks above the project root, nor outside it (a ``cwd`` outside the
+    project, or an AGENTS.md symlink leading out, gives None). Only the name
+    ``AGENTS.md`` counts. Text above ``budget`` bytes is cut on a UTF-8
+    boundary and ends with ``[truncated: AGENTS.md exceeded <budget> bytes]``.
+    Unreadable files degrade to None (the spawn goes on without).
+    """
+    root = os.path.realpath(project_root)
+    d = os.path.realpath(cwd)
+    if not _within(d, root):
+        return None
+    while True:
+        candidate = os.path.join(d, AGENTS_MD)
+        if os.path.isfile(candidate):
+            if not _within(os.path.realpath(candidate), root):
+                log.warning("[project_doc] %s leaves the project; ignored", candidate)
+                return None
+            return _read_doc(candidate, budget)
+        if d == root:
+            return None
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def _read_doc(path: str, budget: int) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        import stat
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while len(data) <= budget:
+            chunk = os.read(fd, min(1 << 16, budget + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) <= budget:
+        return data.decode("utf-8", errors="replace")
+    cut = data[:budget]
+    cut = cut[: len(cut) - _partial_tail(cut)]   # never split a multi-byte character
+    log.warning("[project_doc] %s exceeded soft cap %d bytes, truncated", path, budget)
+    return cut.decode("utf-8", errors="replace") + f"\n\n[truncated: AGENTS.md exceeded {budget} bytes]"
+
+
+def _partial_tail(b: bytes) -> int:
+    """How many bytes at the end of ``b`` are an incomplete UTF-8 sequence."""
+    for i in range(1, min(4, len(b)) + 1):
+        c = b[-i]
+        if c & 0xC0 == 0x80:        # continuation byte: keep looking for the lead byte
+            continue
+        if c & 0x80 == 0:
+            return 0
+        need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 1
+        return i if i < need else 0
+    return 0
+
+
+def select_skills(agent: AgentManifest | None, resolution, requested: Sequence[str] = (),
+                  *, list_available: bool = True) -> tuple[list[Skill], list[Skill]]:
+    """(loaded, available) skills for a spawn.
+
+    Loaded: the agent's ``skills`` then the request's, in order, without
+    repeats; an unknown or invalid name raises SkillNotFound/SkillInvalid.
+    Available: the agent's ``deferred_skills`` if it declares any (unknown
+    ones raise too), else every other loadable skill; sorted by name.
+    """
+    names: list[str] = []
+    for n in list(agent.skills if agent else []) + list(requested):
+        if n not in names:
+            names.append(n)
+    loaded = [resolution.require(n) for n in names]
+    if not list_available:
+        return loaded, []
+    if agent is not None and agent.deferred_skills:
+        avail = [resolution.require(n) for n in agent.deferred_skills if n not in names]
+    else:
+        avail = [s for n, s in resolution.skills.items() if n not in names]
+    return loaded, sorted(avail, key=lambda s: s.name)
+
+
+def detect_synergies(skills: Iterable[Skill]) -> list[str]:
+    """Instructions of synergy declarations whose partner is loaded; sorted, unique."""
+    skills = list(skills)
+    loaded = {s.name for s in skills} | {s.declared_name for s in skills if s.declared_name}
+    out = {d["instruction"].strip() for s in skills for d in s.synergy
+           if d.get("with") in loaded and (d.get("instruction") or "").strip()}
+    return sorted(out)
+
+
+def available_skills_block(skills: Sequence[Skill]) -> str:
+    lines = ["<available_skills>"]
+    for s in sorted(skills, key=lambda s: s.name):
+        lines += ["<skill>", "<name>", html.escape(s.name), "</name>",
+                  "<description>", html.escape(s.description), "</description>",
+                  "<location>", str(s.skill_md), "</location>", "</skill>"]
+    lines.append("</available_skills>")
+    return "\n".join(lines)
+
+
+def build_system_prompt(agent: AgentManifest | None, project_doc: str | None,
+                        skills_loaded: Sequence[Skill], skills_available: Sequence[Skill] = (),
+                        *, default_instructions: str = "") -> str:
+    """Assemble the system prompt (deterministic; see the module docstring).
+
+    ``agent=None`` uses ``default_instructions``. An agent with
+    ``project_doc: false`` never gets the project document. Loaded skills
+    must be loadable (their bodies are read on first use and then frozen).
+    """
+    sections: list[str] = []
+    instructions = agent.instructions if agent is not None else default_instructions
+    if instructions.strip():
+        sections.append(instructions.strip())
+    if project_doc and project_doc.strip() and (agent is None or agent.project_doc):
+        sections.append(f"{PROJECT_DOC_HEADER}\n\n{project_doc.strip()}")
+    seen: set[str] = set()
+    loaded: list[Skill] = []
+    for s in skills_loaded:
+        if s.name not in seen:
+            seen.add(s.name)
+            loaded.append(s)
+    for s in loaded:
+        body = s.body()
+        if body:
+            sections.append(f"Base directory for this skill: {s.path}\n\n{body}")
+    synergies = detect_synergies(loaded)
+    if synergies:
+        sections.append(f"{SYNERGY_HEADER}\n\n" + "\n".join(synergies))
+    available = [s for s in skills_available if s.name not in seen]
+    if available:
+        sections.append("The following skills are available. To use one, read its SKILL.md "
+                        "at the location given.\n\n" + available_skills_block(available))
+    if agent is not None and agent.language:
+        sections.append(f"Always respond in {agent.language}.")
+    return "\n\n".join(sections)
+
+
+def allowed_tools(agent: AgentManifest | None, loaded_skills: Iterable[Skill]) -> list[str]:
+    """Union of the loaded skills' allowed-tools and the agent's tools.
+
+    Legacy device paths are normalized to tool names; the result is sorted.
+    An empty list means unrestricted.
+    """
+    groups = [s.allowed_tools for s in loaded_skills]
+    if agent is not None:
+        groups.append(agent.tools)
+    return union_tools(*groups)
+
+
+__all__ = ["project_doc", "build_system_prompt", "allowed_tools", "select_skills",
+           "detect_synergies", "available_skills_block", "SkillNotFound"]

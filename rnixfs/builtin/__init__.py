@@ -1,0 +1,1 @@
+"""Package data: built-in skills and agents, and templates (see rnixfs.skills.builtins)."""
