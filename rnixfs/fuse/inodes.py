@@ -11,6 +11,8 @@ PROC = 2
 DEV = 3
 PROC_NEW = 4
 DEV_LLM = 5
+SKILLS = 6
+AGENTS = 7
 LLM_BASE = 100  # + index of the provider name
 LLM_MAX = 1000
 

@@ -23,6 +23,7 @@ from ..kernel import request as spawn_request
 from ..kernel.errors import Code, SyscallError
 from ..kernel.process import Process
 from . import inodes as I
+from .passthrough import Passthrough, Tree, pread, pwrite
 from .signals import POLL_INTERVAL, signal_pending
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,11 @@ SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["resul
 CTL_HELP = b"term kill pause resume reap\n"
 MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
+TREE_INODES = {"skills": I.SKILLS, "agents": I.AGENTS}
 
 
 class Handle:
-    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending")
+    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending", "fd", "ino")
 
     def __init__(self, kind: str, *, proc: Process | None = None, k: int = 0,
                  data: bytes = b"", caller: int = 0, conv: Conversation | None = None):
@@ -54,6 +56,8 @@ class Handle:
         self.cursor = 0
         self.conv = conv
         self.pending = bytearray()  # proc/new: bytes of a request not yet complete
+        self.fd = -1  # skills/, agents/: the real file's descriptor
+        self.ino = 0
 
 
 def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
@@ -67,8 +71,11 @@ class Operations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(self, kernel, providers, nursery: trio.Nursery, *,
-                 daemon_info: Callable[[], dict], max_blocking: int):
+                 daemon_info: Callable[[], dict], max_blocking: int,
+                 trees: dict[str, Tree] | None = None):
         super().__init__()
+        self.trees = {name: tree for name, tree in (trees or {}).items() if name in TREE_INODES}
+        self.pt = Passthrough({TREE_INODES[n]: (n, t) for n, t in self.trees.items()}, self._attr)
         self.kernel = kernel
         self.providers = providers
         self.nursery = nursery
@@ -148,6 +155,8 @@ class Operations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EIO)
 
     async def getattr(self, inode, ctx=None):
+        if self.pt.owns(inode):
+            return self.pt.getattr(inode)
         kind, a, b = I.decode(inode)
         if kind == "pid":
             return self._proc_attr(self._proc(a), b)
@@ -169,6 +178,8 @@ class Operations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
+        if self.pt.owns(inode):
+            return self.pt.setattr(inode, attr, fields)
         # `echo x > file` truncates first: accept it on the append-only files.
         if fields.update_size and attr.st_size != 0:
             raise pyfuse3.FUSEError(errno.EINVAL)
@@ -180,7 +191,9 @@ class Operations(pyfuse3.Operations):
     # -- names ---------------------------------------------------------------------
     def _children(self, inode: int) -> dict[bytes, int] | None:
         if inode == I.ROOT:
-            return {b"proc": I.PROC, b"dev": I.DEV}
+            tops = {b"proc": I.PROC, b"dev": I.DEV}
+            tops.update({n.encode(): TREE_INODES[n] for n in self.trees})
+            return tops
         if inode == I.DEV:
             return {b"llm": I.DEV_LLM}
         if inode == I.DEV_LLM:
@@ -188,6 +201,8 @@ class Operations(pyfuse3.Operations):
         return None
 
     async def lookup(self, parent_inode, name, ctx=None):
+        if self.pt.owns(parent_inode):
+            return self.pt.lookup(parent_inode, name)
         kind, a, b = I.decode(parent_inode)
         if parent_inode == I.PROC:
             if name == b"new":
@@ -213,6 +228,8 @@ class Operations(pyfuse3.Operations):
         return await self.getattr(children[name])
 
     async def readlink(self, inode, ctx):
+        if self.pt.owns(inode):
+            return self.pt.readlink(inode)
         kind, pid, fd = I.decode(inode)
         if kind != "fd":
             raise pyfuse3.FUSEError(errno.EINVAL)
@@ -222,6 +239,10 @@ class Operations(pyfuse3.Operations):
         return device.encode()
 
     async def opendir(self, inode, ctx):
+        if self.pt.owns(inode):
+            if not stat.S_ISDIR(self.pt.getattr(inode).st_mode):
+                raise pyfuse3.FUSEError(errno.ENOTDIR)
+            return inode
         kind, a, b = I.decode(inode)
         if kind == "pid":
             self._proc(a)
@@ -233,6 +254,8 @@ class Operations(pyfuse3.Operations):
 
     async def readdir(self, fh, start_id, token):
         inode = fh
+        if self.pt.owns(inode):
+            return self.pt.readdir(inode, start_id, token)
         kind, a, b = I.decode(inode)
         if inode == I.PROC:
             return self._readdir_proc(start_id, token)
@@ -281,6 +304,10 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=direct_io, keep_cache=keep_cache, nonseekable=nonseekable)
 
     async def open(self, inode, flags, ctx):
+        if self.pt.owns(inode):
+            h = Handle("real")
+            h.fd, h.ino = self.pt.open(inode, flags), inode
+            return self._new_handle(h, direct_io=False, keep_cache=True)
         kind, a, b = I.decode(inode)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY
         if inode == I.PROC_NEW:
@@ -328,6 +355,11 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         if h.kind == "file":
             return h.data[off:off + size]
+        if h.kind == "real":
+            try:
+                return await pread(h.fd, size, off)
+            except OSError as exc:
+                raise pyfuse3.FUSEError(exc.errno) from None
         if h.kind == "stream":
             buf = h.proc.trace if h.k == I.K["trace"] else h.proc.events
             return bytes(buf[off:off + size])
@@ -357,6 +389,13 @@ class Operations(pyfuse3.Operations):
         h = self.handles.get(fh)
         if h is None:
             raise pyfuse3.FUSEError(errno.EBADF)
+        if h.kind == "real":
+            try:
+                n = await pwrite(h.fd, buf, off)
+            except OSError as exc:
+                raise pyfuse3.FUSEError(exc.errno) from None
+            self.pt.changed_after_write(h.ino)
+            return n
         try:
             if h.kind == "new":
                 return await self._spawn_write(h, buf)
@@ -433,16 +472,52 @@ class Operations(pyfuse3.Operations):
             except SyscallError as exc:
                 raise fuse_error(exc) from None
 
-    # The tree's names are the kernel's: nothing is created, removed or renamed.
+    # Names under proc/ and dev/ are the kernel's: nothing is created, removed
+    # or renamed there. skills/ and agents/ are real files.
     async def _refuse(self, *args, **kwargs):
         raise pyfuse3.FUSEError(errno.EACCES)
 
-    create = mknod = mkdir = unlink = rmdir = rename = symlink = link = _refuse
+    mknod = symlink = link = _refuse
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        if not self.pt.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        fd, attr = self.pt.create(parent_inode, name, mode, flags)
+        h = Handle("real")
+        h.fd, h.ino = fd, attr.st_ino
+        return self._new_handle(h, direct_io=False, keep_cache=True), attr
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        if not self.pt.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        return self.pt.mkdir(parent_inode, name, mode)
+
+    async def unlink(self, parent_inode, name, ctx):
+        if not self.pt.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        self.pt.unlink(parent_inode, name, directory=False)
+
+    async def rmdir(self, parent_inode, name, ctx):
+        if not self.pt.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        self.pt.unlink(parent_inode, name, directory=True)
+
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        if not (self.pt.owns(parent_inode_old) and self.pt.owns(parent_inode_new)):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        self.pt.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+
+    async def fsync(self, fh, datasync):
+        h = self.handles.get(fh)
+        if h is not None and h.kind == "real":
+            await trio.to_thread.run_sync(os.fdatasync if datasync else os.fsync, h.fd)
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)
         if h is not None and h.conv is not None:
             h.conv.close()
+        if h is not None and h.fd >= 0:
+            os.close(h.fd)
 
     async def releasedir(self, fh):
         pass
@@ -454,10 +529,18 @@ class Operations(pyfuse3.Operations):
     async def getxattr(self, inode, name, ctx):
         if inode == I.ROOT and name == XATTR_DAEMON:
             return json.dumps(self.daemon_info()).encode()
+        if self.pt.owns(inode):
+            value = self.pt.xattrs(inode).get(os.fsdecode(name))
+            if value is not None:
+                return value
         raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
 
     async def listxattr(self, inode, ctx):
-        return [XATTR_DAEMON] if inode == I.ROOT else []
+        if inode == I.ROOT:
+            return [XATTR_DAEMON]
+        if self.pt.owns(inode):
+            return [os.fsencode(k) for k in self.pt.xattrs(inode)]
+        return []
 
     async def statfs(self, ctx):
         s = pyfuse3.StatvfsData()

@@ -1,0 +1,261 @@
+"""skills/ and agents/: real files, passed through to their winning copy.
+
+The FUSE side only maps inodes to (tree, relative path) and forwards file
+operations to the real path; which copy wins, where a new one is created and
+what the extended attributes say come from a ``Tree`` (rnixfs.views).
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import Protocol
+
+import pyfuse3
+import trio
+
+log = logging.getLogger(__name__)
+
+PT_BASE = 1 << 44  # inode numbers of passed-through files start here
+TIMEOUT = 1.0  # seconds: changes made on disk show within a second
+NAME_MAX = 255
+
+
+class Tree(Protocol):
+    """What the adapter needs from the skills or agents view."""
+
+    def names(self) -> list[str]: ...
+
+    def locate(self, name: str) -> Path | None: ...
+
+    def create(self, name: str) -> Path: ...
+
+    def xattrs(self, name: str) -> dict[str, bytes]: ...
+
+    def changed(self) -> None: ...
+
+
+def _errno(exc: OSError) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(exc.errno or errno.EIO)
+
+
+class Passthrough:
+    """Inode table and file operations for the passed-through trees."""
+
+    def __init__(self, trees: dict[int, tuple[str, Tree]], attr):
+        self.trees = trees  # root inode -> (name, Tree)
+        self._attr = attr  # Operations._attr, to share uid/gid and layout
+        self._ino: dict[tuple[int, str], int] = {}
+        self._path: dict[int, tuple[int, str]] = {}
+        self._next = itertools.count(PT_BASE)
+
+    # -- inodes ------------------------------------------------------------------
+    def owns(self, inode: int) -> bool:
+        return inode in self.trees or inode >= PT_BASE and inode in self._path
+
+    def ino_for(self, root: int, rel: str) -> int:
+        key = (root, rel)
+        ino = self._ino.get(key)
+        if ino is None:
+            ino = next(self._next)
+            self._ino[key] = ino
+            self._path[ino] = key
+        return ino
+
+    def where(self, inode: int) -> tuple[int, str]:
+        if inode in self.trees:
+            return inode, ""
+        try:
+            return self._path[inode]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+    def real(self, root: int, rel: str) -> Path:
+        """The real path of a relative path; ENOENT when its skill is gone."""
+        name, _, rest = rel.partition("/")
+        base = self.trees[root][1].locate(name)
+        if base is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return base / rest if rest else base
+
+    # -- attributes ----------------------------------------------------------------
+    def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
+        root, rel = self.where(inode)
+        if not rel:
+            return self._attr(inode, stat.S_IFDIR | 0o755, timeout=TIMEOUT)
+        try:
+            st = os.lstat(self.real(root, rel))
+        except OSError as exc:
+            raise _errno(exc) from None
+        a = self._attr(inode, st.st_mode, size=st.st_size, timeout=TIMEOUT, ns=st.st_mtime_ns)
+        a.st_nlink = st.st_nlink
+        a.st_uid, a.st_gid = st.st_uid, st.st_gid
+        a.st_atime_ns, a.st_ctime_ns = st.st_atime_ns, st.st_ctime_ns
+        return a
+
+    def lookup(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
+        root, rel = self.where(parent)
+        child = self._child(rel, name)
+        if not rel and child not in self.trees[root][1].names():
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self.getattr(self.ino_for(root, child))
+
+    @staticmethod
+    def _child(rel: str, name: bytes) -> str:
+        text = os.fsdecode(name)
+        if not text or "/" in text or text in (".", "..") or len(name) > NAME_MAX:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        return f"{rel}/{text}" if rel else text
+
+    def readdir(self, inode: int, start_id: int, token) -> None:
+        root, rel = self.where(inode)
+        if rel:
+            try:
+                names = sorted(os.listdir(self.real(root, rel)))
+            except OSError as exc:
+                raise _errno(exc) from None
+        else:
+            names = sorted(self.trees[root][1].names())
+        for i in range(start_id, len(names)):
+            child = f"{rel}/{names[i]}" if rel else names[i]
+            try:
+                attr = self.getattr(self.ino_for(root, child))
+            except pyfuse3.FUSEError:
+                continue  # vanished meanwhile
+            if not pyfuse3.readdir_reply(token, os.fsencode(names[i]), attr, i + 1):
+                return
+
+    def readlink(self, inode: int) -> bytes:
+        root, rel = self.where(inode)
+        try:
+            return os.fsencode(os.readlink(self.real(root, rel)))
+        except OSError as exc:
+            raise _errno(exc) from None
+
+    def setattr(self, inode: int, attr, fields) -> pyfuse3.EntryAttributes:
+        root, rel = self.where(inode)
+        if not rel:
+            raise pyfuse3.FUSEError(errno.EACCES)
+        path = self.real(root, rel)
+        try:
+            if fields.update_size:
+                os.truncate(path, attr.st_size)
+            if fields.update_mode:
+                os.chmod(path, stat.S_IMODE(attr.st_mode))
+            if fields.update_mtime or fields.update_atime:
+                st = os.lstat(path)
+                atime = attr.st_atime_ns if fields.update_atime else st.st_atime_ns
+                mtime = attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns
+                os.utime(path, ns=(atime, mtime), follow_symlinks=False)
+        except OSError as exc:
+            raise _errno(exc) from None
+        self._changed(root)
+        return self.getattr(inode)
+
+    # -- files ---------------------------------------------------------------------
+    def open(self, inode: int, flags: int) -> int:
+        root, rel = self.where(inode)
+        if not rel:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        flags &= ~(os.O_CREAT | os.O_EXCL)
+        try:
+            return os.open(self.real(root, rel), flags | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise _errno(exc) from None
+
+    def create(self, parent: int, name: bytes, mode: int, flags: int) -> tuple[int, pyfuse3.EntryAttributes]:
+        root, rel = self.where(parent)
+        if not rel:
+            raise pyfuse3.FUSEError(errno.EACCES)  # top level holds directories only
+        child = self._child(rel, name)
+        try:
+            fd = os.open(self.real(root, child), flags | os.O_CREAT | os.O_NOFOLLOW,
+                         stat.S_IMODE(mode))
+        except OSError as exc:
+            raise _errno(exc) from None
+        self._changed(root)
+        return fd, self.getattr(self.ino_for(root, child))
+
+    def mkdir(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
+        root, rel = self.where(parent)
+        child = self._child(rel, name)
+        tree = self.trees[root][1]
+        try:
+            if rel:
+                os.mkdir(self.real(root, child), stat.S_IMODE(mode))
+            else:
+                if child in tree.names():
+                    raise pyfuse3.FUSEError(errno.EEXIST)
+                tree.create(child)
+        except OSError as exc:
+            raise _errno(exc) from None
+        self._changed(root)
+        return self.getattr(self.ino_for(root, child))
+
+    def unlink(self, parent: int, name: bytes, *, directory: bool) -> None:
+        root, rel = self.where(parent)
+        child = self._child(rel, name)
+        path = self.real(root, child)
+        try:
+            if directory:
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError as exc:
+            raise _errno(exc) from None
+        self._forget_path(root, child)
+        self._changed(root)
+
+    def rename(self, old_parent: int, old: bytes, new_parent: int, new: bytes, flags: int) -> None:
+        root_a, rel_a = self.where(old_parent)
+        root_b, rel_b = self.where(new_parent)
+        if root_a != root_b:
+            raise pyfuse3.FUSEError(errno.EXDEV)
+        src_rel, dst_rel = self._child(rel_a, old), self._child(rel_b, new)
+        src = self.real(root_a, src_rel)
+        if rel_b:
+            dst = self.real(root_b, dst_rel)
+        else:  # renaming a skill: the new name lives beside the old copy
+            if dst_rel in self.trees[root_b][1].names():
+                raise pyfuse3.FUSEError(errno.EEXIST)
+            dst = src.parent / dst_rel
+        try:
+            if flags & 1 and os.path.lexists(dst):  # RENAME_NOREPLACE
+                raise pyfuse3.FUSEError(errno.EEXIST)
+            os.rename(src, dst)
+        except OSError as exc:
+            raise _errno(exc) from None
+        self._forget_path(root_a, src_rel)
+        self._forget_path(root_b, dst_rel)
+        self._changed(root_a)
+
+    def _forget_path(self, root: int, rel: str) -> None:
+        """Drop a name and everything below it, so inodes never go stale."""
+        prefix = rel + "/"
+        for key in [k for k in self._ino if k[0] == root and (k[1] == rel or k[1].startswith(prefix))]:
+            self._path.pop(self._ino.pop(key), None)
+
+    def _changed(self, root: int) -> None:
+        self.trees[root][1].changed()
+
+    def changed_after_write(self, inode: int) -> None:
+        root, _ = self.where(inode)
+        self._changed(root)
+
+    # -- xattrs --------------------------------------------------------------------
+    def xattrs(self, inode: int) -> dict[str, bytes]:
+        root, rel = self.where(inode)
+        if not rel or "/" in rel:
+            return {}
+        return self.trees[root][1].xattrs(rel)
+
+
+async def pread(fd: int, size: int, off: int) -> bytes:
+    return await trio.to_thread.run_sync(os.pread, fd, size, off)
+
+
+async def pwrite(fd: int, buf: bytes, off: int) -> int:
+    return await trio.to_thread.run_sync(os.pwrite, fd, buf, off)
