@@ -17,6 +17,7 @@ import trio
 import uuid6
 
 from . import __version__
+from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
 from .devices.llm.registry import ProviderRegistry
 from .fuse import mount as fuse_mount
@@ -35,10 +36,6 @@ class DaemonConfig:
     config_dir: Path
     linger: float = 600.0
     allow_other: bool = False
-
-
-def _exists_in(dirs: list[Path], name: str, marker: str) -> bool:
-    return any((d / name / marker).is_file() for d in dirs)
 
 
 class Daemon:
@@ -77,20 +74,19 @@ class Daemon:
         store.dispatch = lambda callbacks: token.run_sync_soon(_run_all, callbacks)
         store.start()
         self.providers = ProviderRegistry.from_config(providers_cfg, cfg.state_dir)
-        project = cfg.project
-        agent_dirs = [project / ".rnix" / "agents", cfg.config_dir / "agents"]
-        skill_dirs = [project / ".rnix" / "skills", cfg.config_dir / "skills"]
+        catalog = Catalog(cfg.project, cfg.config_dir)
+        await trio.to_thread.run_sync(catalog.install_builtins)
         self.kernel = Kernel(
-            store, self.providers, daemon_id=self.id, linger=cfg.linger, project=project,
-            agent_exists=lambda n: n == "default" or _exists_in(agent_dirs, n, "agent.yaml"),
-            skill_exists=lambda n: _exists_in(skill_dirs, n, "SKILL.md"),
+            store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
+            planner=catalog.plan,
         )
         store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.kernel.run)
                 ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
-                                 max_blocking=fuse_mount.MAX_BLOCKING)
+                                 max_blocking=fuse_mount.MAX_BLOCKING,
+                                 trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)})
                 fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
                 signalled: list[int] = []
                 unmounted = False

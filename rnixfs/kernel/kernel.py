@@ -20,6 +20,7 @@ from .loop import run as run_loop
 from .process import (
     EXIT_ERROR, EXIT_KILLED, EXIT_TIMEOUT, Budget, Process, State,
 )
+from .plan import SpawnPlan
 from .request import SpawnRequest
 from .trace import Tracer, quote
 
@@ -27,6 +28,18 @@ log = logging.getLogger(__name__)
 
 SIGNALS = ("term", "kill", "pause", "resume", "reap")
 PID_BLOCK = 64
+
+
+def bare_plan(req: SpawnRequest, *, default_provider: str, driver_models, cwd) -> SpawnPlan:
+    """Without an agent catalog only the built-in default agent exists."""
+    if req.agent not in (None, "default"):
+        raise SyscallError(Code.NOT_FOUND, f'agent "{req.agent}" not found', syscall="Spawn",
+                           device="/proc/new")
+    for skill in req.skills:
+        raise SyscallError(Code.NOT_FOUND, f'skill "{skill}" not found', syscall="Spawn",
+                           device="/proc/new")
+    return SpawnPlan(agent="default", provider=req.provider or default_provider, model=req.model,
+                     skills=[], allowed_tools=[], system_prompt=DEFAULT_SYSTEM_PROMPT)
 
 
 class Kernel:
@@ -38,8 +51,7 @@ class Kernel:
         daemon_id: str,
         linger: float = 600.0,
         project: Path | None = None,
-        agent_exists: Callable[[str], bool] | None = None,
-        skill_exists: Callable[[str], bool] | None = None,
+        planner: Callable[..., SpawnPlan] | None = None,
         default_step_timeout: float | None = 300.0,
     ):
         self.store = store
@@ -47,8 +59,7 @@ class Kernel:
         self.daemon_id = daemon_id
         self.linger = linger
         self.project = (project or Path.cwd()).resolve()
-        self.agent_exists = agent_exists or (lambda name: name == "default")
-        self.skill_exists = skill_exists or (lambda name: False)
+        self.planner = planner or bare_plan
         self.default_step_timeout = default_step_timeout
         self.tracer = Tracer(store, self._committed)
         self.table: dict[int, Process] = {}
@@ -97,56 +108,68 @@ class Kernel:
         return dict(c)
 
     def system_prompt(self, proc: Process) -> str:
-        return DEFAULT_SYSTEM_PROMPT
+        return proc.system_prompt or DEFAULT_SYSTEM_PROMPT
 
     def price(self, proc: Process, usage) -> float:
         price = getattr(self.providers, "price", None)
         return price(proc.provider, proc.model, usage) if price else 0.0
 
     # -- spawn ---------------------------------------------------------------------
-    def check(self, req: SpawnRequest) -> tuple[str, str, object, str]:
+    def check(self, req: SpawnRequest) -> tuple[SpawnPlan, object, str]:
         """Validate a request against agents, providers, skills and the
-        project; returns (agent, provider, driver, cwd). Raises, spawns nothing."""
-        agent = req.agent or "default"
-        if not self.agent_exists(agent):
-            raise SyscallError(Code.NOT_FOUND, f'agent "{agent}" not found', syscall="Spawn", device="/proc/new")
-        provider = req.provider or self.providers.default_name
+        project; returns (plan, driver, cwd). Raises, spawns nothing."""
+        cwd = self._check_cwd(req.cwd)
+        names = getattr(self.providers, "names", lambda: [])()
+        drivers = {n: getattr(self.providers.get(n), "default_model", None) for n in names}
+        plan = self.planner(req, default_provider=self.providers.default_name,
+                            driver_models=drivers, cwd=self.project / cwd)
+        provider = plan.provider or self.providers.default_name
         try:
             driver = self.providers.get(provider)
         except KeyError:
             raise SyscallError(Code.NOT_FOUND, f'provider "{provider}" not found', syscall="Spawn",
                                device="/proc/new") from None
-        for skill in req.skills:
-            if not self.skill_exists(skill):
-                raise SyscallError(Code.NOT_FOUND, f'skill "{skill}" not found', syscall="Spawn",
-                                   device="/proc/new")
-        return agent, provider, driver, self._check_cwd(req.cwd)
+        plan.provider = provider
+        return plan, driver, cwd
 
     async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
         """Validate everything first, so a bad request spawns nothing."""
-        agent, provider, driver, cwd = self.check(req)
+        plan, driver, cwd = self.check(req)
         if ppid and ppid not in self.table:
             ppid = 0
         if self._nursery is None:
             raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
         pid = await self._next_pid()
-        step_timeout = self.default_step_timeout if req.step_timeout is None else (req.step_timeout or None)
         proc = Process(
-            pid=pid, intent=req.intent, ppid=ppid, agent=agent, skills=list(req.skills),
-            provider=provider, model=req.model or getattr(driver, "default_model", None),
-            budget=Budget(max_steps=req.max_steps, max_tokens=req.max_tokens,
-                          max_cost=req.max_cost, step_timeout=step_timeout),
-            cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
+            pid=pid, intent=req.intent, ppid=ppid, agent=plan.agent, skills=list(plan.skills),
+            provider=plan.provider, model=plan.model or getattr(driver, "default_model", None),
+            allowed_tools=list(plan.allowed_tools), system_prompt=plan.system_prompt,
+            budget=self._budget(req, plan), cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
         )
         self.table[pid] = proc
         self._sorted.append(pid)  # PIDs grow, so appending keeps it sorted
         if ppid:
             self.table[ppid].children.add(pid)
-        self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={agent}, provider={provider}",
+        self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={plan.agent}, provider={plan.provider}",
                          f"PID({pid})", dur_ms=0)
         self.checkpoint(proc)
         self._nursery.start_soon(self._run_process, proc)
         return proc
+
+    def _budget(self, req: SpawnRequest, plan: SpawnPlan) -> Budget:
+        """The request's budgets over the agent manifest's."""
+        b = plan.budget
+
+        def pick(name):
+            value = getattr(req, name)
+            return value if value is not None else b.get(name)
+
+        step_timeout = pick("step_timeout")
+        if step_timeout is None:
+            step_timeout = self.default_step_timeout
+        return Budget(max_steps=pick("max_steps"), max_tokens=pick("max_tokens"),
+                      max_cost=pick("max_cost"), step_timeout=step_timeout or None,
+                      context_budget=b.get("context_budget"))
 
     def _check_cwd(self, cwd: str | None) -> str:
         if cwd is None:

@@ -48,6 +48,7 @@ class Process:
     provider: str = "local"
     model: str | None = None
     allowed_tools: list[str] = field(default_factory=list)
+    system_prompt: str = ""
     budget: Budget = field(default_factory=Budget)
     cwd: str = "."
     env: dict[str, str] = field(default_factory=dict)
