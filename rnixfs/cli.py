@@ -330,5 +330,8 @@ def show(pid, trace, as_json, state_dir):
         click.echo("".join(lines), nl=False)
 
 
+from .cli_skills import skill, agent  # noqa: E402
+main.add_command(skill); main.add_command(agent)  # noqa: E702
+
 if __name__ == "__main__":
     main()

@@ -75,14 +75,14 @@ class _FrontmatterLoader(yaml.BaseLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def yaml_reason(exc: Exception) -> str:
-    """One line for a YAML error: ``line N: problem``."""
+def yaml_reason(exc: Exception, line_offset: int = 0) -> str:
+    """One line for a YAML error: ``line N: problem`` (N counted in the file)."""
     if isinstance(exc, RecursionError):
         return "nesting too deep"
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["invalid YAML"])[0]
     if mark is not None:
-        return f"line {mark.line + 1}: {problem}"
+        return f"line {mark.line + 1 + line_offset}: {problem}"
     return str(problem)
 
 
@@ -97,16 +97,17 @@ def load_yaml(text: str):
 def split_skill_md(text: str) -> tuple[str, str]:
     """Split into (frontmatter text, body) following the seeds' line rules.
 
-    The first line, stripped of surrounding whitespace, must be ``---``; the
-    frontmatter ends at the next line that is ``---`` once stripped. The body
-    is everything after that line, stripped.
+    The first line must be ``---`` (trailing whitespace and CR allowed); the
+    frontmatter ends at the next line that is ``---`` the same way. A line
+    with leading whitespace is not a delimiter (it can be part of a YAML
+    block scalar). The body is everything after that line, stripped.
     """
     lines = text.split("\n")
-    if not lines or lines[0].strip() != "---":
+    if not lines or lines[0].rstrip() != "---":
         raise SkillParseError("SKILL.md must start with ---")
     for i in range(1, len(lines)):
-        if lines[i].strip() == "---":
-            front = "\n".join(line.rstrip("\r") for line in lines[1:i])
+        if lines[i].rstrip() == "---":
+            front = "".join(line.rstrip("\r") + "\n" for line in lines[1:i])
             body = "\n".join(lines[i + 1:]).strip()
             return front, body
     raise SkillParseError("SKILL.md missing closing ---")
@@ -119,7 +120,8 @@ def parse_frontmatter(front: str) -> dict:
     try:
         data = load_yaml(front)
     except (yaml.YAMLError, RecursionError) as exc:
-        raise SkillParseError(f"yaml parse error: {yaml_reason(exc)}") from None
+        # The frontmatter starts on the second line of SKILL.md.
+        raise SkillParseError(f"yaml parse error: {yaml_reason(exc, 1)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -265,7 +267,7 @@ def validate_frontmatter(fm: dict, dir_name: str | None = None) -> list[str]:
         errors.append("Field 'license' must be a string")
     for key, check in (("allowed-tools", check_allowed_tools), ("metadata", check_metadata),
                        ("synergy", check_synergy)):
-        if key in fm and (msg := check(fm[key])):
+        if key in fm and fm[key] != "" and (msg := check(fm[key])):
             errors.append(msg)
     return errors
 

@@ -1,0 +1,313 @@
+"""`rnixfs skill ...` and `rnixfs agent ...`: skills and agents from the shell.
+
+Output follows the seeds (`rnix skill list`): a ``[skill]``-prefixed 6-column
+table, one stderr warning line per diagnostic, ``--json`` as one line
+``{"ok": true, "data": {"skills": [...], "diagnostics": {...}}}`` (the
+diagnostics node is always there; empty channels are omitted), ``--quiet``
+for names only. Failures exit non-zero with one line on stderr.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .agents import AgentError, list_agents, load_agent
+from .config import default_config_dir
+from .skills import (
+    SKILL_FILE, SkillError, create_skill, delete_skill, ensure_builtins, find_project,
+    resolve_skills, validate_strict, write_scope,
+)
+from .skills.parse import MAX_SKILL_MD_BYTES
+from .skills.resolve import dumps
+
+PREFIX = "[skill]"
+APREFIX = "[agent]"
+ROW = "{} {:<20} {:<10} {:<11} {:<9} {:<10} {}"
+
+
+def _fail(msg: str, as_json: bool = False, code: str = "ERROR") -> None:
+    if as_json:
+        click.echo(dumps({"ok": False, "error": {"code": code, "message": msg}}))
+        sys.exit(1)
+    raise click.ClickException(msg)
+
+
+def _dir_option(name: str, help_: str):
+    return click.option(name, type=click.Path(file_okay=False, path_type=Path), default=None, help=help_)
+
+
+def _common(f):
+    f = _dir_option("--config-dir", "Config directory (default: $XDG_CONFIG_HOME/rnix).")(f)
+    f = _dir_option("--project", "Project directory (default: the current directory).")(f)
+    return f
+
+
+def _config(config_dir: Path | None) -> Path:
+    cfg = Path(config_dir) if config_dir is not None else default_config_dir()
+    ensure_builtins(cfg)
+    return cfg
+
+
+def _project(project: Path | None) -> Path:
+    return Path(os.path.abspath(project if project is not None else os.getcwd()))
+
+
+def _stderr(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _short(text: str, width: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# --- skill ---------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def skill() -> None:
+    """Skills: list, show, validate, create, delete (four-path model)."""
+
+
+@skill.command("list")
+@click.option("-g", "--global", "only_user", is_flag=True, help="Only user scope (~/.config/rnix/skills + ~/.agents/skills).")
+@click.option("-p", "--project-scope", "only_project", is_flag=True, help="Only project scope (.rnix/skills + .agents/skills).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output, with a diagnostics node.")
+@click.option("--quiet", "-q", is_flag=True, help="Only skill names, one per line.")
+@click.option("--ancestors", is_flag=True, help="Also search the project's parent directories (monorepos).")
+@_common
+def skill_list(only_user, only_project, as_json, quiet, ancestors, project, config_dir):
+    """List skills from all scopes; shadowed copies and problems go to stderr."""
+    if only_user and only_project:
+        _fail("-g/--global and -p/--project-scope are mutually exclusive", as_json, "USAGE")
+    if as_json and quiet:
+        _fail("--json and --quiet are mutually exclusive", as_json, "USAGE")
+    scope = "user" if only_user else "project" if only_project else None
+    proj = _project(project)
+    try:
+        res = resolve_skills(proj, _config(config_dir), ancestors=ancestors, scope=scope)
+    except (OSError, SkillError, ValueError) as exc:
+        _fail(f"failed to list skills: {exc}", as_json, "LIST_ERROR")
+    if as_json:
+        click.echo(dumps({"ok": True, "data": res.to_json()}))
+        return
+    entries = res.list_entries()
+    if quiet:
+        for e in entries:
+            click.echo(e["name"])
+    else:
+        click.echo(ROW.format(PREFIX, "NAME", "VERSION", "SOURCE", "SCOPE", "NAMESPACE", "DESCRIPTION").rstrip())
+        for e in entries:
+            click.echo(ROW.format(PREFIX, e["name"], e["version"], e["source"], e["scope"],
+                                  e["namespace"], _short(e["description"])).rstrip())
+        if not entries:
+            click.echo(f"{PREFIX} No skills found. Scanned paths:")
+            for p in res.paths:
+                if not p.ancestor:
+                    click.echo(f"{PREFIX}   - {p.path} ({p.status})")
+            click.echo(f"{PREFIX} Tip: rnixfs skill create <name> to add a skill.")
+    for line in res.warning_lines():
+        _stderr(line)
+
+
+@skill.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--ancestors", is_flag=True, help="Also search the project's parent directories.")
+@_common
+def skill_show(name, as_json, ancestors, project, config_dir):
+    """Show a skill's metadata, where it came from, and its body."""
+    res = resolve_skills(_project(project), _config(config_dir), ancestors=ancestors)
+    info = res.describe(name)
+    if info is None:
+        _fail(f'skill "{name}" not found', as_json, "NOT_FOUND")
+    s = res.winners[name]
+    if not s.valid:
+        _fail(f'skill "{name}" is not loaded: {s.error} ({s.path})', as_json, "INVALID")
+    try:
+        body = s.body()
+    except SkillError as exc:
+        _fail(str(exc), as_json, "INVALID")
+    if as_json:
+        info["body"] = body
+        info["resources"] = s.resources()
+        click.echo(dumps({"ok": True, "data": info}))
+        return
+    lines = [("name", s.name), ("description", " ".join(s.description.split())),
+             ("scope", s.scope), ("namespace", s.namespace), ("path", str(s.path)),
+             ("version", s.version), ("source", s.source), ("license", s.license or ""),
+             ("compatibility", s.compatibility or ""),
+             ("allowed-tools", " ".join(s.allowed_tools) or "(unrestricted)"),
+             ("trust", info["trust"])]
+    for key, value in lines:
+        if value:
+            click.echo(f"{key}: {value}")
+    for c in info["shadowed"]:
+        click.echo(f"shadowed: {c['path']} ({c['scope']}/{c['namespace']})")
+    for d in info["diagnostics"]:
+        click.echo(f"warning: {d}")
+    for r in s.resources():
+        click.echo(f"resource: {r}")
+    click.echo("---")
+    click.echo(body)
+
+
+@skill.command("validate")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def skill_validate(path, as_json):
+    """Validate a skill directory (or SKILL.md) strictly, like `skills-ref validate`."""
+    errors = validate_strict(path)
+    target = path.parent if path.name == SKILL_FILE and not path.is_dir() else path
+    if as_json:
+        click.echo(dumps({"ok": not errors, "data": {"path": str(target), "valid": not errors,
+                                                    "errors": errors}}))
+        sys.exit(1 if errors else 0)
+    if errors:
+        _stderr(f"Validation failed for {target}:")
+        for e in errors:
+            _stderr(f"  - {e}")
+        sys.exit(1)
+    click.echo(f"Valid skill: {target}")
+
+
+def _read_source(file: str) -> bytes:
+    try:
+        if file == "-":
+            data = sys.stdin.buffer.read(MAX_SKILL_MD_BYTES + 1)
+        else:
+            p = Path(file)
+            if p.is_dir():
+                p = p / SKILL_FILE
+            with open(p, "rb") as f:
+                if not os.path.isfile(p):
+                    raise SkillError(f"{file}: not a regular file")
+                data = f.read(MAX_SKILL_MD_BYTES + 1)
+    except OSError as exc:
+        raise SkillError(f"{file}: {exc.strerror}") from None
+    if len(data) > MAX_SKILL_MD_BYTES:
+        raise SkillError(f"{file}: larger than {MAX_SKILL_MD_BYTES} bytes")
+    return data
+
+
+@skill.command("create")
+@click.argument("name")
+@click.option("--from-template", "from_template", is_flag=True, help="Start from the built-in template (the default).")
+@click.option("-f", "--file", "file", metavar="FILE", help="Use FILE (or - for stdin) as the SKILL.md.")
+@click.option("-d", "--description", help="Description for the template.")
+@click.option("-g", "--global", "to_user", is_flag=True, help="Create in the user scope (~/.config/rnix/skills).")
+@_common
+def skill_create(name, from_template, file, description, to_user, project, config_dir):
+    """Create a skill in the write scope (project .rnix/skills, else user)."""
+    if from_template and file:
+        _fail("--from-template and -f/--file are mutually exclusive")
+    if file and description:
+        _fail("--description only applies to the template")
+    cfg = _config(config_dir)
+    if to_user:
+        proj = None
+    elif project is not None:
+        proj = Path(os.path.abspath(project))
+    else:
+        proj = find_project(Path.cwd())
+    target = write_scope(proj, cfg, "skills")
+    try:
+        text = _read_source(file) if file else None
+        path = create_skill(name, target.path, description=description, text=text)
+    except SkillError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot create skill {name!r}: {exc.strerror}")
+    click.echo(f"{PREFIX} Created {name} ({target.scope}/{target.namespace}: {path})")
+
+
+@skill.command("delete")
+@click.argument("name")
+@_common
+def skill_delete(name, project, config_dir):
+    """Delete the winning copy of a skill (the one `skill list` shows)."""
+    proj, cfg = _project(project), _config(config_dir)
+    try:
+        res = resolve_skills(proj, cfg)
+        gone = delete_skill(res, name)
+    except SkillError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot delete skill {name!r}: {exc.strerror}")
+    click.echo(f"{PREFIX} Deleted {name} ({gone.scope}/{gone.namespace}: {gone.path})")
+    after = resolve_skills(proj, cfg).winners.get(name)
+    if after is not None:
+        click.echo(f"{PREFIX} {name} now resolves to {after.path} ({after.scope}/{after.namespace})")
+
+
+# --- agent ---------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def agent() -> None:
+    """Agents: list and show (project .rnix/agents over ~/.config/rnix/agents)."""
+
+
+@agent.command("list")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--quiet", "-q", is_flag=True, help="Only agent names.")
+@_common
+def agent_list(as_json, quiet, project, config_dir):
+    """List agents; invalid ones say why."""
+    entries = list_agents(_project(project), _config(config_dir))
+    if as_json:
+        click.echo(dumps({"ok": True, "data": {"agents": [e.to_json() for e in entries]}}))
+        return
+    if quiet:
+        for e in entries:
+            if e.error is None:
+                click.echo(e.name)
+        return
+    row = "{} {:<20} {:<9} {:<9} {}"
+    click.echo(row.format(APREFIX, "NAME", "SCOPE", "SOURCE", "DESCRIPTION").rstrip())
+    for e in entries:
+        desc = f"(invalid: {e.error})" if e.error else _short(e.description, 60)
+        click.echo(row.format(APREFIX, e.name, e.scope, e.source, desc).rstrip())
+    if not entries:
+        click.echo(f"{APREFIX} No agents found.")
+    for e in entries:
+        for p in e.shadowed:
+            _stderr(f"{APREFIX} warning: shadowed agent \"{e.name}\": winner={e.path} ({e.scope}); shadowed={p}")
+
+
+@agent.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@_common
+def agent_show(name, as_json, project, config_dir):
+    """Show an agent's manifest (with defaults applied) and instructions."""
+    try:
+        m = load_agent(name, _project(project), _config(config_dir))
+    except AgentError as exc:
+        _fail(str(exc), as_json, "NOT_FOUND" if type(exc).__name__ == "AgentNotFound" else "INVALID")
+    if as_json:
+        d = m.to_json()
+        d["instructions"] = m.instructions
+        click.echo(dumps({"ok": True, "data": d}))
+        return
+    d = m.to_json()
+    for key in ("name", "description", "scope", "path", "source"):
+        if d.get(key):
+            click.echo(f"{key}: {d[key]}")
+    models = {k: v for k, v in d["models"].items() if v}
+    if models:
+        click.echo("models: " + ", ".join(f"{k}={v}" for k, v in models.items()))
+    for key in ("skills", "deferred_skills", "tools", "alternatives"):
+        if d[key]:
+            click.echo(f"{key}: {' '.join(d[key])}")
+    for key in ("planning", "project_doc", "max_steps", "max_tokens", "max_cost",
+                "context_budget", "ctx_size", "step_timeout", "language"):
+        if d[key] not in ("", None):
+            click.echo(f"{key}: {str(d[key]).lower() if isinstance(d[key], bool) else d[key]}")
+    for w in m.warnings:
+        click.echo(f"warning: {w}")
+    click.echo("---")
+    click.echo(m.instructions.rstrip("\n"))
