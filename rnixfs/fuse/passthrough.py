@@ -228,9 +228,18 @@ class Passthrough:
             os.rename(src, dst)
         except OSError as exc:
             raise _errno(exc) from None
-        self._forget_path(root_a, src_rel)
         self._forget_path(root_b, dst_rel)
+        self._move_path(root_a, src_rel, dst_rel)
         self._changed(root_a)
+
+    def _move_path(self, root: int, src: str, dst: str) -> None:
+        """The kernel keeps a renamed entry's inode: it now names the new path."""
+        prefix = src + "/"
+        for key in [k for k in self._ino if k[0] == root and (k[1] == src or k[1].startswith(prefix))]:
+            ino = self._ino.pop(key)
+            new = (root, dst + key[1][len(src):])
+            self._ino[new] = ino
+            self._path[ino] = new
 
     def _forget_path(self, root: int, rel: str) -> None:
         """Drop a name and everything below it, so inodes never go stale."""
