@@ -65,6 +65,9 @@ class ProviderConfig:
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     max_tokens: int | None = None
+    # How the model is asked for tool calls: "native" OpenAI function calling,
+    # or "schema": a JSON reply constrained by response_format (weak models).
+    tool_mode: str = "native"
     # type: local only
     ctx: int = 4096
     parallel: int = 2
@@ -106,16 +109,17 @@ def builtin_local() -> ProviderConfig:
     """The embedded model: no config, no network, no key."""
     return ProviderConfig(name=LOCAL_NAME, type="local", model=LOCAL_MODEL,
                           timeout=120.0, max_retries=2, retry_initial=0.2,
-                          retry_max=2.0, max_tokens=256)
+                          retry_max=2.0, max_tokens=256, tool_mode="schema")
 
 
 # --- validation helpers -------------------------------------------------------
 
 _NUM = {"timeout", "connect_timeout", "retry_initial", "retry_max"}
 _INT = {"max_retries", "max_tokens", "ctx", "parallel", "threads"}
-_STR = {"type", "model", "base_url", "api_key"}
+_STR = {"type", "model", "base_url", "api_key", "tool_mode"}
 _COMMON = {"type", "model", "timeout", "connect_timeout", "max_retries",
-           "retry_initial", "retry_max", "prices", "max_tokens"}
+           "retry_initial", "retry_max", "prices", "max_tokens", "tool_mode"}
+TOOL_MODES = ("native", "schema")
 _ALLOWED = {
     "openai": _COMMON | {"base_url", "api_key", "headers"},
     "local": _COMMON | {"ctx", "parallel", "threads"},
@@ -171,6 +175,8 @@ def _provider(name: str, raw) -> ProviderConfig:
             kw[key] = {k: _expand(x, f"{kwhere}.{k}") for k, x in v.items()}
         elif key == "prices":
             kw[key] = _prices(v, kwhere)
+    if kw.get("tool_mode", "native") not in TOOL_MODES:
+        raise ValueError(f"{where}: tool_mode must be one of {', '.join(TOOL_MODES)}, got {kw['tool_mode']!r}")
     if ptype == "openai":
         for req in ("base_url", "model"):
             if not kw.get(req):
