@@ -32,6 +32,28 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_DURATION = 7 * 24 * 3600
 
 
+class _AgentLoader(yaml.SafeLoader):
+    """safe_load without aliases (no billion-laughs through a shared agent.yaml)."""
+
+    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in agent.yaml", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"found duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 class AgentError(Exception):
     """An agent cannot be used; ``str()`` is one readable line."""
 
@@ -184,7 +206,7 @@ _KNOWN = {
 def parse_agent_yaml(text: str, dir_name: str = "") -> AgentManifest:
     """Parse agent.yaml text into a manifest (no instructions). Raises AgentError."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_AgentLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         from ..skills.parse import yaml_reason
         raise AgentError(f"agent.yaml: invalid YAML: {yaml_reason(exc)}") from None

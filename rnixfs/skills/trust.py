@@ -56,13 +56,14 @@ def project_dir_of(root: Path | str, namespace: str) -> str | None:
 def check_trust(roots) -> list[TrustWarning]:
     """One warning per untrusted project directory among existing project roots.
 
-    ``roots`` are ScopePath-like objects (``path``, ``scope``, ``namespace``)
-    in priority order; a project's warning lists its roots in that order.
+    ``roots`` are ScopePath-like objects (``path``, ``scope``, ``namespace``,
+    ``exists``) in priority order; a project's warning lists its existing
+    roots in that order.
     """
     order: list[str] = []
     by_dir: dict[str, TrustWarning | None] = {}
     for root in roots:
-        if root.scope != "project":
+        if root.scope != "project" or not getattr(root, "exists", True):
             continue
         project = project_dir_of(root.path, root.namespace)
         if project is None:
