@@ -110,7 +110,8 @@ class Catalog:
         return SpawnPlan(agent=agent.name if agent else "default", provider=choice.provider,
                          model=choice.model, skills=[s.name for s in loaded],
                          allowed_tools=allowed_tools(agent, loaded), system_prompt=prompt,
-                         budget=budget)
+                         budget=budget, fallback_model=choice.fallback or None,
+                         fallback_provider=choice.fallback_provider or None)
 
 
 def _encode(value) -> bytes:

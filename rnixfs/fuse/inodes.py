@@ -13,6 +13,7 @@ PROC_NEW = 4
 DEV_LLM = 5
 SKILLS = 6
 AGENTS = 7
+PROC_SELF = 8
 LLM_BASE = 100  # + index of the provider name
 LLM_MAX = 1000
 

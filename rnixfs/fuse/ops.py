@@ -36,14 +36,15 @@ LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
 
 WRITABLE = {I.K["ctl"], I.K["context"]}
 SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"]}
-CTL_HELP = b"term kill pause resume reap\n"
+CTL_HELP = b"term kill killtree pause resume reap\n"
 MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
 TREE_INODES = {"skills": I.SKILLS, "agents": I.AGENTS}
 
 
 class Handle:
-    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending", "fd", "ino")
+    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending", "fd", "ino",
+                 "ppid")
 
     def __init__(self, kind: str, *, proc: Process | None = None, k: int = 0,
                  data: bytes = b"", caller: int = 0, conv: Conversation | None = None):
@@ -58,6 +59,7 @@ class Handle:
         self.pending = bytearray()  # proc/new: bytes of a request not yet complete
         self.fd = -1  # skills/, agents/: the real file's descriptor
         self.ino = 0
+        self.ppid = 0  # proc/new: the agent whose Bash command opened it
 
 
 def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
@@ -175,6 +177,8 @@ class Operations(pyfuse3.Operations):
             return self._attr(inode, stat.S_IFDIR | 0o555, timeout=timeout)
         if inode == I.PROC_NEW:
             return self._attr(inode, stat.S_IFREG | 0o666)
+        if inode == I.PROC_SELF:
+            return self._self_attr(ctx)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -207,6 +211,8 @@ class Operations(pyfuse3.Operations):
         if parent_inode == I.PROC:
             if name == b"new":
                 return await self.getattr(I.PROC_NEW)
+            if name == b"self":
+                return self._self_attr(ctx)
             if name.isdigit() and not name.startswith(b"0"):
                 proc = self._proc(int(name))
                 return self._proc_attr(proc, I.K_DIR)
@@ -227,9 +233,21 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return await self.getattr(children[name])
 
+    def _self_attr(self, ctx) -> pyfuse3.EntryAttributes:
+        """proc/self: the calling agent (found from the caller's host pid)."""
+        pid = self.kernel.agent_of(ctx.pid) if ctx is not None else None
+        if pid is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attr(I.PROC_SELF, stat.S_IFLNK | 0o777, size=len(str(pid)), timeout=LIVE_TIMEOUT)
+
     async def readlink(self, inode, ctx):
         if self.pt.owns(inode):
             return self.pt.readlink(inode)
+        if inode == I.PROC_SELF:
+            pid = self.kernel.agent_of(ctx.pid)
+            if pid is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return str(pid).encode()
         kind, pid, fd = I.decode(inode)
         if kind != "fd":
             raise pyfuse3.FUSEError(errno.EINVAL)
@@ -311,7 +329,9 @@ class Operations(pyfuse3.Operations):
         kind, a, b = I.decode(inode)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY
         if inode == I.PROC_NEW:
-            return self._new_handle(Handle("new", caller=ctx.pid), nonseekable=True)
+            h = Handle("new", caller=ctx.pid)
+            h.ppid = self.kernel.agent_of(ctx.pid) or 0
+            return self._new_handle(h, nonseekable=True)
         if kind == "llm":
             if a >= len(self.llm_names):
                 raise pyfuse3.FUSEError(errno.ENOENT)
@@ -458,7 +478,7 @@ class Operations(pyfuse3.Operations):
         data = bytes(h.pending)
         h.pending.clear()
         try:
-            proc = await self.kernel.spawn(spawn_request.parse(data))
+            proc = await self.kernel.spawn(spawn_request.parse(data), ppid=h.ppid)
         except SyscallError as exc:
             h.out += f"error: {exc.cause}\n".encode()
             raise

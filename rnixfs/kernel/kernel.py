@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
 import trio
 
 from .errors import Code, SyscallError
@@ -26,7 +27,7 @@ from .trace import Tracer, quote
 
 log = logging.getLogger(__name__)
 
-SIGNALS = ("term", "kill", "pause", "resume", "reap")
+SIGNALS = ("term", "kill", "killtree", "pause", "resume", "reap")
 PID_BLOCK = 64
 
 
@@ -62,6 +63,8 @@ class Kernel:
         self.planner = planner or bare_plan
         self.default_step_timeout = default_step_timeout
         self.tracer = Tracer(store, self._committed)
+        self.tools = None  # set by the daemon: tools.Tools over the devices
+        self.host_pids: dict[int, int] = {}  # host pid of a running Bash command -> its agent
         self.table: dict[int, Process] = {}
         self._sorted: list[int] = []
         self._pids: collections.deque[int] = collections.deque()
@@ -144,6 +147,7 @@ class Kernel:
             pid=pid, intent=req.intent, ppid=ppid, agent=plan.agent, skills=list(plan.skills),
             provider=plan.provider, model=plan.model or getattr(driver, "default_model", None),
             allowed_tools=list(plan.allowed_tools), system_prompt=plan.system_prompt,
+            fallback_model=plan.fallback_model, fallback_provider=plan.fallback_provider,
             budget=self._budget(req, plan), cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
         )
         self.table[pid] = proc
@@ -270,12 +274,42 @@ class Kernel:
             proc.resume_event.set()
         elif command == "kill":
             proc.cancel_scope.cancel()
+        elif command == "killtree":
+            for p in self._descendants(proc):
+                if p.alive:
+                    self.tracer.emit(p, "Signal", "kill", "0", dur_ms=0)
+                    p.cancel_scope.cancel()
+            proc.cancel_scope.cancel()
         elif command == "pause":
             proc.paused = True
         elif command == "resume":
             proc.paused = False
             proc.resume_event.set()
         self.checkpoint(proc)
+
+    def _descendants(self, proc: Process) -> list[Process]:
+        out, todo = [], list(proc.children)
+        while todo:
+            child = self.table.get(todo.pop())
+            if child is not None:
+                out.append(child)
+                todo.extend(child.children)
+        return out
+
+    def agent_of(self, host_pid: int) -> int | None:
+        """The agent whose Bash command is ``host_pid`` or one of its ancestors."""
+        pid = host_pid
+        for _ in range(64):
+            if pid in self.host_pids:
+                owner = self.host_pids[pid]
+                return owner if owner in self.table else None
+            try:
+                pid = psutil.Process(pid).ppid()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                return None
+            if pid <= 1:
+                return None
+        return None
 
     async def steer(self, pid: int, text: str) -> None:
         proc = self.get(pid)

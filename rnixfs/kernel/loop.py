@@ -1,8 +1,13 @@
-"""The reasoning loop of one process (text answers; tools come later).
+"""The reasoning loop of one process.
 
-Each step: pick up steering input, Write the conversation to the model
-device, Read its streamed reply; every one is a traced syscall. Budgets are
-checked between steps with real token counts from the server's usage.
+BuildPrompt → Write (the conversation to the model device) → Read (its
+streamed reply) → Parse → a final text, or tool calls executed through the
+devices → append to the context → repeat. Every step is traced syscalls;
+budgets are checked between steps with real token counts from the server.
+
+Two ways to ask for tools: "native" OpenAI function calling, and "schema"
+for weak models (the embedded one): the reply is JSON constrained by
+``response_format`` to ``{"tool": <name or "answer">, "arguments": {...}}``.
 """
 from __future__ import annotations
 
@@ -13,18 +18,24 @@ from contextlib import aclosing
 import trio
 
 from ..devices.llm.base import LLMError, LLMTimeout
+from . import tools as T
 from .errors import Code, SyscallError
-from .trace import quote
 from .process import (
-    EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TOKENS, EXIT_OK, EXIT_TERMINATED,
-    EXIT_TIMEOUT, Process,
+    EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TOKENS, EXIT_OK, EXIT_TERMINATED,
+    Process,
 )
+from .trace import quote
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant running as a process in rnixfs. "
     "Answer the user's request directly and concisely."
+)
+SCHEMA_INSTRUCTIONS = (
+    "\n\nReply with one JSON object and nothing else: "
+    '{{"tool": NAME, "arguments": {{...}}}}. Tools: {tools}. '
+    'To give your final answer use {{"tool": "answer", "arguments": {{"text": "..."}}}}.'
 )
 
 
@@ -42,22 +53,83 @@ def budget_error(proc: Process, what: str, cause: str, code: int) -> ProcessExit
     return ProcessExit(code, err)
 
 
+def tool_mode(driver) -> str:
+    return getattr(getattr(driver, "cfg", None), "tool_mode", "native")
+
+
+def schema_prompt(allowed: list[str]) -> str:
+    names = [n for n in T.NAMES if not allowed or n in allowed]
+    described = "; ".join(f"{n}({', '.join(T.SPECS[n][1])}): {T.SPECS[n][0]}" for n in names)
+    return SCHEMA_INSTRUCTIONS.format(tools=described)
+
+
+class Model:
+    """The process's model device: provider, model and the fallbacks left."""
+
+    def __init__(self, kernel, proc: Process):
+        self.kernel = kernel
+        self.proc = proc
+        self.provider = proc.provider
+        self.driver = kernel.providers.get(proc.provider)
+        self.fd = 0
+
+    @property
+    def device(self) -> str:
+        return f"/dev/llm/{self.provider}"
+
+    async def open(self) -> None:
+        async with self.kernel.tracer.syscall(self.proc, "Open", f'"{self.device}", O_RDWR',
+                                              device=self.device) as call:
+            self.fd = self.proc.alloc_fd(self.device)
+            call.result = f"FD({self.fd})"
+
+    async def close(self) -> None:
+        async with self.kernel.tracer.syscall(self.proc, "Close", f"FD({self.fd})", device=self.device):
+            self.proc.fds.pop(self.fd, None)
+
+    async def fall_back(self, err: SyscallError) -> bool:
+        """Switch to the fallback model, then the fallback provider."""
+        proc = self.proc
+        if proc.fallback_model and proc.fallback_model != proc.model:
+            old, proc.model, proc.fallback_model = proc.model, proc.fallback_model, None
+            self.kernel.tracer.emit(proc, "Fallback", f"model={quote(old or '')} -> {quote(proc.model)}",
+                                    f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
+            return True
+        if proc.fallback_provider and proc.fallback_provider != self.provider:
+            try:
+                driver = self.kernel.providers.get(proc.fallback_provider)
+            except KeyError:
+                return False
+            old = self.provider
+            await self.close()
+            self.provider, self.driver = proc.fallback_provider, driver
+            proc.provider, proc.fallback_provider = self.provider, None
+            proc.model = getattr(driver, "default_model", None)
+            self.kernel.tracer.emit(proc, "Fallback", f"provider={old} -> {self.provider}",
+                                    f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
+            await self.open()
+            return True
+        return False
+
+
 async def run(kernel, proc: Process) -> int:
     """Run ``proc`` to completion; returns the exit code (raises ProcessExit)."""
-    provider = kernel.providers.get(proc.provider)
-    device = f"/dev/llm/{proc.provider}"
-    tracer = kernel.tracer
-    async with tracer.syscall(proc, "Open", f'"{device}", O_RDWR', device=device) as call:
-        fd = proc.alloc_fd(device)
-        call.result = f"FD({fd})"
-    proc.messages = [
-        {"role": "system", "content": kernel.system_prompt(proc)},
-        {"role": "user", "content": proc.intent},
-    ]
+    model = Model(kernel, proc)
+    await model.open()
+    prompt = kernel.system_prompt(proc)
+    if tool_mode(model.driver) == "schema":
+        prompt += schema_prompt(proc.allowed_tools)
+    proc.messages = [{"role": "system", "content": prompt}, {"role": "user", "content": proc.intent}]
     try:
         while True:
             await _step_boundary(kernel, proc)
-            answer = await _step(kernel, proc, provider, fd, device)
+            answer, calls = await _step_with_fallback(kernel, proc, model)
+            if calls:
+                for call in calls:
+                    await _run_tool(kernel, proc, model, call)
+                if proc.term_requested:
+                    raise ProcessExit(EXIT_TERMINATED)
+                continue
             if proc.term_requested:
                 proc.result = answer
                 raise ProcessExit(EXIT_TERMINATED)
@@ -67,8 +139,7 @@ async def run(kernel, proc: Process) -> int:
             return EXIT_OK
     finally:
         with trio.CancelScope(shield=True):
-            async with tracer.syscall(proc, "Close", f"FD({fd})", device=device):
-                proc.fds.pop(fd, None)
+            await model.close()
 
 
 async def _step_boundary(kernel, proc: Process) -> None:
@@ -91,28 +162,78 @@ async def _step_boundary(kernel, proc: Process) -> None:
         text = proc.pending_input.pop(0)
         proc.messages.append({"role": "user", "content": text})
         kernel.tracer.emit(proc, "Steer", quote(text), "0")
+    if b.context_budget is not None:
+        compact(kernel, proc, b.context_budget)
 
 
-async def _step(kernel, proc: Process, provider, fd: int, device: str) -> str:
+def context_size(messages: list[dict]) -> int:
+    """Approximate tokens: a quarter of the JSON bytes (no tokenizer needed)."""
+    return len(json.dumps(messages, ensure_ascii=False).encode()) // 4
+
+
+def compact(kernel, proc: Process, budget: int) -> None:
+    """Shrink the oldest tool results first; the system prompt is never cut."""
+    size = context_size(proc.messages)
+    if size <= budget:
+        return
+    for msg in proc.messages[1:-1]:
+        if size <= budget:
+            break
+        if msg.get("role") == "tool" or msg.get("tool_result"):
+            content = msg.get("content") or ""
+            if content.startswith("[compacted"):
+                continue
+            note = f"[compacted: {len(content.encode())} bytes of an earlier tool result]"
+            msg["content"] = note
+            size = context_size(proc.messages)
+            kernel.tracer.emit(proc, "Compact", f"{len(content.encode())} bytes", f"{size} tokens", dur_ms=0)
+    if size > budget:
+        raise budget_error(proc, "context_budget", f"about {size} tokens after compaction, "
+                           f"limit {budget}", EXIT_CONTEXT)
+
+
+async def _step_with_fallback(kernel, proc: Process, model: Model):
+    while True:
+        try:
+            return await _step(kernel, proc, model)
+        except SyscallError as err:
+            if err.code not in (Code.DRIVER, Code.TIMEOUT) or not await model.fall_back(err):
+                raise
+
+
+async def _step(kernel, proc: Process, model: Model):
     proc.steps += 1
     tracer = kernel.tracer
+    schema = tool_mode(model.driver) == "schema"
+    extra: dict = {}
+    if schema:
+        extra["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "step", "schema": T.answer_schema(proc.allowed_tools)}}
+    else:
+        extra["tools"] = T.schemas(proc.allowed_tools)
     request = json.dumps(proc.messages, ensure_ascii=False).encode()
-    async with tracer.syscall(proc, "Write", f"FD({fd}), {len(proc.messages)} messages", device=device) as call:
+    async with tracer.syscall(proc, "Write", f"FD({model.fd}), {len(proc.messages)} messages",
+                              device=model.device) as call:
         call.result = str(len(request))
     remaining = None
     if proc.budget.max_tokens is not None:
         remaining = max(1, proc.budget.max_tokens - proc.tokens_in - proc.tokens_out)
     timeout = proc.budget.step_timeout or float("inf")
     parts: list[str] = []
+    deltas: dict[int, dict] = {}
     usage = None
-    async with tracer.syscall(proc, "Read", f"FD({fd})", device=device) as call:
+    async with tracer.syscall(proc, "Read", f"FD({model.fd})", device=model.device) as call:
         try:
             with trio.fail_after(timeout):
-                stream = provider.stream_chat(proc.messages, model=proc.model, max_tokens=remaining)
+                messages = [{k: v for k, v in m.items() if k != "tool_result"} for m in proc.messages]
+                stream = model.driver.stream_chat(messages, model=proc.model,
+                                                  max_tokens=remaining, extra=extra)
                 async with aclosing(stream):  # a cancelled step closes its HTTP stream now
                     async for chunk in stream:
                         if chunk.text:
                             parts.append(chunk.text)
+                        for d in chunk.tool_calls:
+                            _merge(deltas, d)
                         if chunk.usage is not None:
                             usage = chunk.usage
         except trio.TooSlowError:
@@ -121,24 +242,82 @@ async def _step(kernel, proc: Process, provider, fd: int, device: str) -> str:
             raise SyscallError(Code.TIMEOUT, exc.cause) from None
         except LLMError as exc:
             raise SyscallError(Code.DRIVER, exc.cause) from None
-        answer = "".join(parts)
-        call.result = f"{len(answer.encode())} bytes"
+        text = "".join(parts)
+        calls = [deltas[i] for i in sorted(deltas)]
+        call.result = f"{len(text.encode())} bytes" + (f", {len(calls)} tool calls" if calls else "")
     if usage is not None:
         proc.tokens_in += usage.prompt_tokens
         proc.tokens_out += usage.completion_tokens
         proc.cost += kernel.price(proc, usage)
-    proc.messages.append({"role": "assistant", "content": answer})
+    if schema:
+        text, calls = _parse_schema_reply(text)
+        proc.messages.append({"role": "assistant", "content": json.dumps(
+            {"tool": calls[0]["function"]["name"], "arguments": calls[0]["arguments"]}, ensure_ascii=False)
+            if calls else text})
+    elif calls:
+        proc.messages.append({"role": "assistant", "content": text or None, "tool_calls": [
+            {"id": c["id"], "type": "function", "function": c["function"]} for c in calls]})
+    else:
+        proc.messages.append({"role": "assistant", "content": text})
     kernel.checkpoint(proc)
     b = proc.budget
     used = proc.tokens_in + proc.tokens_out
     if b.max_tokens is not None and used > b.max_tokens:
-        proc.result = answer
+        proc.result = text
         raise budget_error(proc, "max_tokens", f"{used} tokens used, limit {b.max_tokens}", EXIT_MAX_TOKENS)
     if b.max_cost is not None and proc.cost > b.max_cost:
-        proc.result = answer
+        proc.result = text
         raise budget_error(proc, "max_cost", f"${proc.cost:.4f} spent, limit ${b.max_cost}", EXIT_MAX_COST)
-    return answer
+    return text, calls
 
 
-def timeout_exit(err: SyscallError) -> int:
-    return EXIT_TIMEOUT if err.code == Code.TIMEOUT else 1
+def _merge(deltas: dict[int, dict], d: dict) -> None:
+    """Assemble OpenAI tool-call deltas by index."""
+    i = d.get("index", 0)
+    call = deltas.setdefault(i, {"id": "", "function": {"name": "", "arguments": ""}})
+    if d.get("id"):
+        call["id"] = d["id"]
+    fn = d.get("function") or {}
+    if fn.get("name"):
+        call["function"]["name"] += fn["name"]
+    if fn.get("arguments"):
+        call["function"]["arguments"] += fn["arguments"]
+
+
+def _parse_schema_reply(text: str) -> tuple[str, list[dict]]:
+    """A schema-mode reply → (final text, []) or ("", [one call])."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return text, []
+    if not isinstance(obj, dict) or not isinstance(obj.get("tool"), str):
+        return text, []
+    args = obj.get("arguments") if isinstance(obj.get("arguments"), dict) else {}
+    if obj["tool"] == "answer":
+        answer = args.get("text")
+        return (answer if isinstance(answer, str) else json.dumps(args, ensure_ascii=False)), []
+    return "", [{"id": "schema-call", "arguments": args,
+                 "function": {"name": obj["tool"], "arguments": json.dumps(args, ensure_ascii=False)}}]
+
+
+async def _run_tool(kernel, proc: Process, model: Model, call: dict) -> None:
+    name = call["function"]["name"]
+    raw = call["function"]["arguments"] or "{}"
+    try:
+        args = json.loads(raw)
+    except json.JSONDecodeError:
+        args = None
+    if args is None or not isinstance(args, dict):
+        err = SyscallError(Code.INVALID, f"arguments of {name[:40]} are not a JSON object",
+                           syscall="Tool", pid=proc.pid)
+        kernel.tracer.emit(proc, "Tool", quote(name), f"-1 {err}", dur_ms=0, error=err)
+        result = f"error: {err.cause}"
+    elif kernel.tools is None:
+        result = "error: this kernel has no tools"
+    else:
+        result = await kernel.tools.call(proc, name, args)
+    if call.get("id") == "schema-call":
+        proc.messages.append({"role": "user", "content": f"Result of {name}:\n{result}", "tool_result": True})
+    else:
+        proc.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    kernel.checkpoint(proc)

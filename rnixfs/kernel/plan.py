@@ -15,3 +15,5 @@ class SpawnPlan:
     # Manifest defaults (max_steps, max_tokens, max_cost, step_timeout,
     # context_budget); the request overrides each one it sets.
     budget: dict = field(default_factory=dict)
+    fallback_model: str | None = None
+    fallback_provider: str | None = None

@@ -14,6 +14,7 @@ EXIT_ERROR = 1
 EXIT_MAX_STEPS = 10
 EXIT_MAX_TOKENS = 11
 EXIT_MAX_COST = 12
+EXIT_CONTEXT = 13
 EXIT_TIMEOUT = 124
 EXIT_KILLED = 137
 EXIT_TERMINATED = 143
@@ -47,6 +48,8 @@ class Process:
     skills: list[str] = field(default_factory=list)
     provider: str = "local"
     model: str | None = None
+    fallback_model: str | None = None
+    fallback_provider: str | None = None
     allowed_tools: list[str] = field(default_factory=list)
     system_prompt: str = ""
     budget: Budget = field(default_factory=Budget)
