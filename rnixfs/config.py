@@ -22,8 +22,9 @@ LOCAL_NAME = "local"
 LOCAL_MODEL = "SmolLM2-135M-Instruct"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SUPPORTED = ("openai", "local")
-_LATER = ("claude-cli", "cursor-cli")
+_SUPPORTED = ("openai", "local", "claude-cli", "cursor-cli")
+_LATER: tuple[str, ...] = ()
+CLI_COMMANDS = {"claude-cli": "claude", "cursor-cli": "cursor-agent"}
 
 
 class ConfigError(Exception):
@@ -68,6 +69,9 @@ class ProviderConfig:
     # How the model is asked for tool calls: "native" OpenAI function calling,
     # or "schema": a JSON reply constrained by response_format (weak models).
     tool_mode: str = "native"
+    # type: claude-cli / cursor-cli only
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
     # type: local only
     ctx: int = 4096
     parallel: int = 2
@@ -116,13 +120,15 @@ def builtin_local() -> ProviderConfig:
 
 _NUM = {"timeout", "connect_timeout", "retry_initial", "retry_max"}
 _INT = {"max_retries", "max_tokens", "ctx", "parallel", "threads"}
-_STR = {"type", "model", "base_url", "api_key", "tool_mode"}
+_STR = {"type", "model", "base_url", "api_key", "tool_mode", "command"}
 _COMMON = {"type", "model", "timeout", "connect_timeout", "max_retries",
            "retry_initial", "retry_max", "prices", "max_tokens", "tool_mode"}
 TOOL_MODES = ("native", "schema")
 _ALLOWED = {
     "openai": _COMMON | {"base_url", "api_key", "headers"},
     "local": _COMMON | {"ctx", "parallel", "threads"},
+    "claude-cli": (_COMMON - {"max_tokens"}) | {"command", "args"},
+    "cursor-cli": (_COMMON - {"max_tokens"}) | {"command", "args"},
 }
 
 
@@ -175,8 +181,18 @@ def _provider(name: str, raw) -> ProviderConfig:
             kw[key] = {k: _expand(x, f"{kwhere}.{k}") for k, x in v.items()}
         elif key == "prices":
             kw[key] = _prices(v, kwhere)
+        elif key == "args":
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ValueError(f"{kwhere}: must be a list of strings")
+            kw[key] = [_expand(x, kwhere) for x in v]
     if kw.get("tool_mode", "native") not in TOOL_MODES:
         raise ValueError(f"{where}: tool_mode must be one of {', '.join(TOOL_MODES)}, got {kw['tool_mode']!r}")
+    if ptype in CLI_COMMANDS:
+        kw.setdefault("command", CLI_COMMANDS[ptype])
+        kw.setdefault("model", "")
+        kw.setdefault("tool_mode", "schema")
+        kw.setdefault("timeout", 600.0)
+        return ProviderConfig(name=name, **kw)
     if ptype == "openai":
         for req in ("base_url", "model"):
             if not kw.get(req):

@@ -138,8 +138,14 @@ def test_bad_top_level(tmp_path):
 
 def test_unknown_type(tmp_path):
     assert "type must be one of" in load_err(tmp_path, "providers:\n  x: {type: grpc}\n")
-    msg = load_err(tmp_path, "providers:\n  x: {type: claude-cli}\n")
-    assert "not supported yet" in msg
+    msg = load_err(tmp_path, "providers:\n  x: {type: claude-cli, base_url: http://x}\n")
+    assert "unknown key(s) for type claude-cli: base_url" in msg
+
+
+def test_cli_types_default_to_their_command(tmp_path):
+    cfg = load_providers(write(tmp_path, "providers:\n  c: {type: cursor-cli}\n  k: {type: claude-cli}\n"))
+    assert cfg.providers["c"].command == "cursor-agent" and cfg.providers["k"].command == "claude"
+    assert cfg.providers["k"].tool_mode == "schema"
 
 
 @pytest.mark.parametrize("name", ["Upper", "-dash", "sp ace", "a" * 65, "ü"])

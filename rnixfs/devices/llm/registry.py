@@ -24,6 +24,9 @@ def build_provider(cfg: ProviderConfig, log_dir: Path) -> Provider:
     if cfg.type == "local":
         from rnixfs.devices.llm.local import LocalProvider
         return LocalProvider(cfg, log_dir)
+    if cfg.type in ("claude-cli", "cursor-cli"):
+        from rnixfs.devices.llm.cli import CLIProvider
+        return CLIProvider(cfg)
     raise ValueError(f"provider {cfg.name!r}: unsupported type {cfg.type!r}")
 
 

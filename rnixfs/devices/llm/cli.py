@@ -1,0 +1,97 @@
+"""claude-cli and cursor-cli: a model behind a command-line agent.
+
+Protocol (what both CLIs document for headless use): the command runs as
+``COMMAND -p --output-format json [--model MODEL] [ARGS...]`` with the whole
+conversation, rendered as text, on standard input; it prints one JSON object
+``{"type": "result", "is_error": false, "result": "...", "usage":
+{"input_tokens": N, "output_tokens": M}}`` (usage optional) and exits 0.
+The reply arrives whole, so it is one chunk. The CLI's own tools are not
+used: rnixfs asks for its tools through the schema prompt (tool_mode
+"schema", the default for these drivers).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from typing import AsyncIterator
+
+import trio
+
+from ...config import ProviderConfig
+from .base import ChatChunk, LLMError, LLMTimeout, Usage
+
+log = logging.getLogger(__name__)
+
+OUTPUT_CAP = 16 * 1024 * 1024
+
+
+def render(messages: list[dict]) -> str:
+    """The conversation as one prompt: system first, then the turns."""
+    parts = []
+    for m in messages:
+        role = m.get("role", "user")
+        content = m.get("content") or ""
+        if role == "system":
+            parts.append(content)
+        elif role == "tool":
+            parts.append(f"[tool result]\n{content}")
+        else:
+            parts.append(f"[{role}]\n{content}")
+    return "\n\n".join(parts) + "\n"
+
+
+class CLIProvider:
+    def __init__(self, cfg: ProviderConfig):
+        self.cfg = cfg
+        self.name = cfg.name
+        self.default_model = cfg.model or None
+
+    def describe(self) -> dict:
+        return {"type": self.cfg.type, "command": self.cfg.command, "model": self.cfg.model or "(cli default)"}
+
+    async def aclose(self) -> None:
+        pass
+
+    def _argv(self, model: str | None) -> list[str]:
+        exe = shutil.which(self.cfg.command or "")
+        if exe is None:
+            raise LLMError(f"{self.cfg.command!r} not found on PATH (provider {self.name}, type {self.cfg.type})")
+        argv = [exe, "-p", "--output-format", "json"]
+        if model:
+            argv += ["--model", model]
+        return argv + list(self.cfg.args)
+
+    async def stream_chat(self, messages: list[dict], *, model: str | None = None,
+                          max_tokens: int | None = None, extra: dict | None = None) -> AsyncIterator[ChatChunk]:
+        argv = self._argv(model or self.default_model)
+        prompt = render(messages).encode()
+        try:
+            with trio.fail_after(self.cfg.timeout):
+                done = await trio.run_process(
+                    argv, stdin=prompt, capture_stdout=True, capture_stderr=True, check=False,
+                    env={**os.environ}, start_new_session=True)
+        except trio.TooSlowError:
+            raise LLMTimeout(f"{self.cfg.command} gave no answer within {self.cfg.timeout:g}s") from None
+        except OSError as exc:
+            raise LLMError(f"cannot run {self.cfg.command}: {exc.strerror}") from None
+        out = done.stdout[:OUTPUT_CAP].decode("utf-8", "replace").strip()
+        if done.returncode != 0:
+            tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [out[:200]]
+            raise LLMError(f"{self.cfg.command} exited {done.returncode}: {tail[0][:200]}",
+                           retryable=False)
+        try:
+            obj = json.loads(out.splitlines()[-1] if out else "")
+        except (json.JSONDecodeError, IndexError):
+            raise LLMError(f"{self.cfg.command} printed no JSON result: {out[:120]!r}") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("result"), str):
+            raise LLMError(f"{self.cfg.command} printed JSON without a text \"result\"")
+        if obj.get("is_error"):
+            raise LLMError(f"{self.cfg.command} reported an error: {obj['result'][:200]}")
+        u = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+        usage = Usage(prompt_tokens=int(u.get("input_tokens") or 0),
+                      completion_tokens=int(u.get("output_tokens") or 0))
+        yield ChatChunk(text=obj["result"])
+        yield ChatChunk(usage=usage, finish_reason="stop")
+
