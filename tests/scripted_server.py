@@ -128,12 +128,14 @@ class ScriptedServer:
 
     def enqueue(self, reply: dict | str) -> None:
         """Script the next reply: a str or {content, tool_calls, usage, fault,
-        delay, chunk_delay, finish_reason, error}. Queued faults apply once
-        (counts ignored); ``error`` is the message of a status fault."""
+        delay, chunk_delay, finish_reason, error, match}. Queued faults apply once
+        (counts ignored); ``error`` is the message of a status fault; a reply
+        with ``match`` goes only to a request whose messages contain that text
+        (so concurrent agents each get their own script)."""
         if isinstance(reply, str):
             reply = {"content": reply}
         unknown = set(reply) - {"content", "tool_calls", "usage", "fault", "delay",
-                                "chunk_delay", "finish_reason", "error"}
+                                "chunk_delay", "finish_reason", "error", "match"}
         if unknown:
             raise ValueError(f"unknown reply keys: {sorted(unknown)}")
         parse_fault(reply.get("fault"))
@@ -206,10 +208,17 @@ class ScriptedServer:
         with self._lock:
             self._requests.append(body)
             self._headers.append(headers)
-            queued = self._queue.popleft() if self._queue else None
+            queued = None
+            text = json.dumps(messages, ensure_ascii=False)
+            for i, item in enumerate(self._queue):  # the first reply whose "match" fits
+                if item.get("match") is None or item["match"] in text:
+                    queued = item
+                    del self._queue[i]
+                    break
         prompt_tokens = sum(words(m.get("content")) for m in messages if isinstance(m, dict))
         if queued is not None:
             plan = dict(queued)
+            plan.pop("match", None)
             plan["fault"] = parse_fault(plan.get("fault"))
             plan.setdefault("content", "" if plan.get("tool_calls") else f"echo: {last_user}")
         else:

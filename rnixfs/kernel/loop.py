@@ -181,8 +181,8 @@ def compact(kernel, proc: Process, budget: int) -> None:
             break
         if msg.get("role") == "tool" or msg.get("tool_result"):
             content = msg.get("content") or ""
-            if content.startswith("[compacted"):
-                continue
+            if content.startswith("[compacted") or len(content) < 200:
+                continue  # already small: a note would not save anything
             note = f"[compacted: {len(content.encode())} bytes of an earlier tool result]"
             msg["content"] = note
             size = context_size(proc.messages)

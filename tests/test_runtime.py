@@ -1,0 +1,214 @@
+"""Tier 1: the agent runtime's loop — tool calls, denials, Spawn/Wait,
+fallback, context budget, schema mode — against the scripted server."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from rnixfs.config import parse_providers
+from rnixfs.devices.llm.openai import OpenAIProvider
+from rnixfs.kernel.kernel import Kernel
+from rnixfs.kernel.plan import SpawnPlan
+from rnixfs.kernel.request import parse
+from rnixfs.kernel.tools import Tools
+from rnixfs.store import Store
+
+
+class Registry:
+    def __init__(self, url: str, **extra):
+        text = f"""default: main
+providers:
+  main: {{type: openai, base_url: "{url}", model: m-main, max_retries: 0, retry_initial: 0.01}}
+  backup: {{type: openai, base_url: "{url}", model: m-backup, max_retries: 0, retry_initial: 0.01}}
+  schema: {{type: openai, base_url: "{url}", model: m-schema, tool_mode: schema, max_retries: 0}}
+"""
+        cfg = parse_providers(text)
+        self.default_name = "main"
+        self._p = {n: OpenAIProvider(c) for n, c in cfg.providers.items()}
+
+    def get(self, name):
+        return self._p[name]
+
+    def names(self):
+        return list(self._p)
+
+    async def aclose(self):
+        for p in self._p.values():
+            await p.aclose()
+
+
+def planner_with(**fields):
+    def plan(req, *, default_provider, driver_models, cwd):
+        base = dict(agent="default", provider=req.provider or default_provider, model=req.model,
+                    skills=[], allowed_tools=[], system_prompt="SYS")
+        base.update(fields)
+        return SpawnPlan(**base)
+    return plan
+
+
+def run(tmp_path: Path, url: str, body, **plan_fields):
+    out = {}
+
+    async def main():
+        store = Store(tmp_path / "rnixfs.db")
+        token = trio.lowlevel.current_trio_token()
+        store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
+        store.start()
+        providers = Registry(url)
+        kernel = Kernel(store, providers, daemon_id="rt", project=tmp_path, planner=planner_with(**plan_fields))
+        kernel.tools = Tools(kernel, None, None, mount="")
+        async with trio.open_nursery() as n:
+            await n.start(kernel.run)
+            with trio.fail_after(60):
+                out["v"] = await body(kernel)
+            await kernel.shutdown()
+            await providers.aclose()
+            n.cancel_scope.cancel()
+        await trio.to_thread.run_sync(store.stop)
+
+    trio.run(main)
+    return out["v"]
+
+
+def call(name, args, cid="c1"):
+    return {"id": cid, "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+
+async def spawn_wait(k, text, **opts):
+    proc = await k.spawn(parse(json.dumps({"intent": text, **opts}).encode()))
+    await proc.exited_event.wait()
+    return proc
+
+
+def tool_messages(p):
+    return [m for m in p.messages if m["role"] == "tool"]
+
+
+def test_denied_tool_is_a_permission_error_and_the_process_goes_on(tmp_path, scripted_server):
+    scripted_server.enqueue({"tool_calls": [call("Bash", {"command": "rm -rf /"})]})
+    scripted_server.enqueue("done anyway")
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "try"), allowed_tools=["Read"])
+    assert p.exit_code == 0 and p.result == "done anyway"
+    assert "permission denied: Bash is not allowed" in tool_messages(p)[0]["content"]
+    assert "Bash(" in p.trace.decode() and "-1 [PERMISSION]" in p.trace.decode()
+    # the model was only offered its allowed tools
+    offered = [t["function"]["name"] for t in scripted_server.requests[0]["tools"]]
+    assert offered == ["Read"]
+
+
+@pytest.mark.parametrize("name", ["bash", "BASH", "Shell", "sh", "Run", "exec"])
+def test_no_other_name_runs_a_shell(tmp_path, scripted_server, name):
+    scripted_server.enqueue({"tool_calls": [call(name, {"command": "touch /tmp/never"})]})
+    scripted_server.enqueue("ok")
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "x"), allowed_tools=["Read"])
+    assert tool_messages(p)[0]["content"].startswith("error: unknown tool")
+    assert p.exit_code == 0
+
+
+def test_bad_arguments_are_reported_to_the_model(tmp_path, scripted_server):
+    scripted_server.enqueue({"tool_calls": [call("Wait", "{not json", "a"), call("Wait", {"pid": "x"}, "b"),
+                                            call("Spawn", {}, "c")]})
+    scripted_server.enqueue("ok")
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "x"))
+    msgs = [m["content"] for m in tool_messages(p)]
+    assert msgs[0].startswith("error: arguments of Wait are not a JSON object")
+    assert msgs[1] == 'error: argument "pid" must be a whole number'
+    assert msgs[2] == 'error: missing argument "intent"'
+
+
+def test_spawn_and_wait_children(tmp_path, scripted_server):
+    scripted_server.enqueue({"match": "parent", "tool_calls": [call("Spawn", {"intent": "child work"})]})
+    # the child is PID 2: the parent's next reply waits for it, then answers
+    scripted_server.enqueue({"match": "spawned PID 2", "tool_calls": [call("Wait", {"pid": 2}, "w")]})
+    scripted_server.enqueue({"match": "exited(0)", "content": "all done"})
+
+    async def body(k):
+        parent = await k.spawn(parse(b"parent"))
+        while not parent.children:
+            await trio.sleep(0.01)
+        child = k.table[next(iter(parent.children))]
+        ppid_while_parent_runs = child.ppid
+        await parent.exited_event.wait()
+        return parent, child, ppid_while_parent_runs
+
+    parent, child, ppid = run(tmp_path, scripted_server.url, body)
+    assert ppid == parent.pid and child.ppid == 0  # reparented when the parent exited
+    assert child.result == "echo: child work"
+    results = [m["content"] for m in tool_messages(parent)]
+    assert results[0] == f"spawned PID {child.pid}"
+    assert results[1].startswith("exited(0) steps=1") and "echo: child work" in results[1]
+    assert f"Spawn(\"child work\", agent=default) = PID({child.pid})" in parent.trace.decode()
+    assert parent.result == "all done"
+
+
+def test_wait_on_a_stranger_is_refused(tmp_path, scripted_server):
+    async def body(k):
+        other = await spawn_wait(k, "someone else")
+        scripted_server.enqueue({"tool_calls": [call("Wait", {"pid": other.pid})]})
+        scripted_server.enqueue("ok")
+        return await spawn_wait(k, "x")
+
+    p = run(tmp_path, scripted_server.url, body)
+    assert "is not a child of this process" in tool_messages(p)[0]["content"]
+
+
+def test_model_then_provider_fallback_in_the_trace(tmp_path, scripted_server):
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:503x2]] hello"),
+            fallback_model="m-cheap", fallback_provider="backup")
+    assert p.exit_code == 0 and p.provider == "backup"
+    models = [r["model"] for r in scripted_server.requests]
+    assert models == ["m-main", "m-cheap", "m-backup"]
+    trace = p.trace.decode()
+    assert 'Fallback(model="m-main" -> "m-cheap")' in trace and "Fallback(provider=main -> backup)" in trace
+
+
+def test_no_fallback_on_a_bad_request(tmp_path, scripted_server):
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:500]] x"),
+            fallback_provider="backup")
+    assert p.exit_code == 0 or p.provider == "backup"  # 5xx warrants a switch
+    p2 = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:401]] x"))
+    assert p2.exit_code == 1 and p2.error["code"] == "DRIVER"
+
+
+def test_context_budget_compacts_old_tool_results_first(tmp_path, scripted_server):
+    mark = "PARENT-MARK"  # only the parent's requests contain it: children answer by directive
+    for i, pid in ((1, 2), (2, 3)):
+        scripted_server.enqueue({"match": mark, "tool_calls": [call("Spawn", {"intent": f"[[tokens:300]] c{i}"}, f"s{i}")]})
+        scripted_server.enqueue({"match": mark, "tool_calls": [call("Wait", {"pid": pid}, f"w{i}")]})
+    scripted_server.enqueue({"match": mark, "content": "final"})
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, mark, max_steps=10),
+            budget={"context_budget": 900})
+    assert p.exit_code == 0, p.error
+    assert p.messages[0]["content"] == "SYS"  # the system prompt is never cut
+    waits = [m["content"] for m in tool_messages(p) if "exited(" in m["content"] or "compacted" in m["content"]]
+    assert waits[0].startswith("[compacted:") and waits[-1].startswith("exited(0)")
+    assert "Compact(" in p.trace.decode()
+
+
+def test_context_budget_that_cannot_be_met_ends_the_process(tmp_path, scripted_server):
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "x" * 4000),
+            budget={"context_budget": 100})
+    assert p.exit_code == 13 and "context_budget exceeded" in p.error["cause"]
+
+
+def test_schema_mode_runs_tools_and_answers(tmp_path, scripted_server):
+    scripted_server.enqueue(json.dumps({"tool": "Spawn", "arguments": {"intent": "helper"}}))
+    scripted_server.enqueue(json.dumps({"tool": "answer", "arguments": {"text": "the answer"}}))
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "x", provider="schema"))
+    assert p.exit_code == 0 and p.result == "the answer"
+    first = scripted_server.requests[0]
+    assert first["response_format"]["type"] == "json_schema"
+    assert "answer" in first["response_format"]["json_schema"]["schema"]["properties"]["tool"]["enum"]
+    assert "Reply with one JSON object" in first["messages"][0]["content"]
+    assert any(m["content"].startswith("Result of Spawn:") for m in scripted_server.requests[1]["messages"])
+    assert all("tool_result" not in m for m in scripted_server.requests[1]["messages"])
+
+
+def test_tool_result_is_capped(tmp_path, scripted_server):
+    from rnixfs.kernel.tools import RESULT_CAP, cap
+
+    text = cap("é" * RESULT_CAP)
+    assert len(text.encode()) < RESULT_CAP + 100 and "[truncated:" in text
