@@ -52,7 +52,12 @@ def _config(config_dir: Path | None) -> Path:
 
 
 def _project(project: Path | None) -> Path:
-    return Path(os.path.abspath(project if project is not None else os.getcwd()))
+    if project is None:
+        try:
+            project = Path(os.getcwd())
+        except OSError as exc:
+            raise click.ClickException(f"cannot resolve the current directory: {exc.strerror}") from None
+    return Path(os.path.abspath(project))
 
 
 def _stderr(line: str) -> None:
@@ -212,11 +217,12 @@ def skill_create(name, from_template, file, description, to_user, project, confi
     elif project is not None:
         proj = Path(os.path.abspath(project))
     else:
-        proj = find_project(Path.cwd())
+        proj = find_project(_project(None))
     target = write_scope(proj, cfg, "skills")
     try:
         text = _read_source(file) if file else None
-        path = create_skill(name, target.path, description=description, text=text)
+        path = create_skill(name, target.path, description=description, text=text,
+                            confine=proj if target.scope == "project" else None)
     except SkillError as exc:
         _fail(str(exc))
     except OSError as exc:

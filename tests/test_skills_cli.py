@@ -207,6 +207,15 @@ def test_list_hostile_tree(sb):
     assert f"skipped skill at {root / 'binary'}:" in err
 
 
+def test_list_from_a_deleted_cwd(sb):
+    gone = sb.tmp / "gone"
+    gone.mkdir()
+    proc = subprocess.run(
+        ["sh", "-c", f'cd "{gone}" && rmdir "{gone}" && exec "$0" "$@"', *RNIXFS, "skill", "list"],
+        env=sb.env, capture_output=True, text=True, timeout=60)
+    fails(proc, "cannot resolve the current directory")
+
+
 def test_list_unwritable_config_dir_still_lists(sb, tmp_path):
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
@@ -350,6 +359,15 @@ def test_create_bad_files(sb):
     fails(sb.run("skill", "create", "mine", "-f", str(bad), "--from-template", "-g"), "mutually exclusive")
     fails(sb.run("skill", "create", "mine", "-g", "-d", "two\nlines"), "one line")
     assert not (sb.root("un") / "mine").exists()
+
+
+def test_create_refuses_a_project_root_leading_out(sb):
+    elsewhere = sb.tmp / "elsewhere"
+    elsewhere.mkdir()
+    (sb.project / ".rnix").mkdir()
+    os.symlink(elsewhere, sb.root("pn"))
+    fails(sb.run("skill", "create", "x"), "is a symlink that leaves the project")
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_create_existing_and_concurrent(sb):

@@ -48,7 +48,8 @@ API (everything the kernel and the FUSE layer need; no pyfuse3, no trio)::
 
     # management
     ensure_builtins(config_dir) -> list[str]  extract built-ins once; never overwrites user edits
-    create_skill(name, scope_root, *, description=None, text=None) -> Path
+    create_skill(name, scope_root, *, description=None, text=None, confine=None) -> Path
+        strict-valid SKILL.md only; atomic (one of N concurrent creators wins)
     delete_skill(resolution, name) -> Skill
 
 Errors derive from SkillError (one readable line in ``str()``).

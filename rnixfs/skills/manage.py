@@ -35,12 +35,14 @@ def check_new_name(name: str) -> None:
 
 
 def create_skill(name: str, scope_root: Path, *, description: str | None = None,
-                 text: str | bytes | None = None) -> Path:
+                 text: str | bytes | None = None, confine: Path | None = None) -> Path:
     """Create ``<scope_root>/<name>/SKILL.md`` from ``text`` or the template.
 
     The text must pass strict validation with ``name`` as its directory.
     Exactly one of several concurrent creators of the same name succeeds; the
-    others get SkillExists. Returns the new skill directory.
+    others get SkillExists. With ``confine`` (the project directory, for the
+    project scope) the scope root may not be a symlink leading out of it.
+    Returns the new skill directory.
     """
     check_new_name(name)
     if text is None:
@@ -66,6 +68,10 @@ def create_skill(name: str, scope_root: Path, *, description: str | None = None,
         raise SkillError(f"invalid SKILL.md: {errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
     root = Path(scope_root)
     root.mkdir(parents=True, exist_ok=True)
+    if confine is not None:
+        from .model import is_within
+        if not is_within(os.path.realpath(root), os.path.realpath(confine)):
+            raise SkillError(f"{root} is a symlink that leaves the project")
     target = root / name
     try:
         os.mkdir(target, 0o755)        # the atomic claim: one creator wins
