@@ -116,3 +116,23 @@ def test_concurrent_list_while_editing(sb):
     for r in results:
         assert r.returncode == 0 and "Traceback" not in r.stderr
         json.loads(r.stdout)
+
+
+def test_show_while_the_manifest_is_rewritten(sb):
+    _, ubase = bases(sb)
+    d = agent(ubase, "flux", "name: flux\n")
+    texts = ["name: flux\n", "name: [\n", "", "name: flux\nmax_steps: 3\n"]
+
+    def rewrite(i):
+        tmp = d / f".tmp{i}"
+        tmp.write_text(texts[i % len(texts)])
+        os.replace(tmp, d / "agent.yaml")
+
+    with ThreadPoolExecutor(6) as pool:
+        runs = [pool.submit(sb.run, "agent", "show", "flux") for _ in range(6)]
+        writes = [pool.submit(rewrite, i) for i in range(200)]
+        results = [f.result() for f in runs]
+        [f.result() for f in writes]
+    for r in results:
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr
+        assert r.returncode == 0 or r.stderr.count("\n") == 1

@@ -297,6 +297,24 @@ def test_validate_hostile_paths(sb):
     fails(sb.run("skill", "validate", str(d)), "aliases (*name) are not allowed")
 
 
+def test_validate_while_the_file_is_rewritten(sb):
+    d = sb.put("un", "flux")
+    texts = [(d / "SKILL.md").read_text(), "---\nname: flux\n", "", "---\nname: flux\ndescription: x\n---\n"]
+
+    def rewrite(i):
+        tmp = d / f".tmp{i}"
+        tmp.write_text(texts[i % len(texts)])
+        os.replace(tmp, d / "SKILL.md")
+
+    with ThreadPoolExecutor(6) as pool:
+        runs = [pool.submit(sb.run, "skill", "validate", str(d)) for _ in range(6)]
+        writes = [pool.submit(rewrite, i) for i in range(200)]
+        results = [f.result() for f in runs]
+        [f.result() for f in writes]
+    for r in results:
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr
+
+
 # --- create ------------------------------------------------------------------------------
 
 
