@@ -253,7 +253,7 @@ def test_steering_by_appending_to_context(mnt):
 
 def test_ctl_reads_its_commands(mnt):
     pid = mnt.spawn("x")
-    assert ok(mnt, f'cat "$M/proc/{pid}/ctl"').split() == ["term", "kill", "pause", "resume", "reap"]
+    assert ok(mnt, f'cat "$M/proc/{pid}/ctl"').split() == ["term", "kill", "killtree", "pause", "resume", "reap"]
 
 
 def test_ctl_kill_exits_137(mnt):
