@@ -43,7 +43,8 @@ MAX_SYMLINKS = 40          # Linux's MAXSYMLINKS
 NAME_MAX = 255             # bytes per component
 PATH_MAX = 4096            # bytes per path, including the terminating NUL
 MAX_DEPTH = 64             # directory depth glob/grep descend to
-SKIP_DIRS = frozenset({".git", "node_modules"})  # glob/grep do not descend into these
+# glob/grep list these but do not descend into them unless the pattern names them
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "__pycache__"})
 BINARY_PROBE = 8192        # grep: a NUL byte in the first 8 KiB marks a binary file
 _MAX_RETRIES = 16          # re-walks after a concurrent swap of the final entry
 
@@ -256,7 +257,7 @@ class Workspace:
             if c == "..":
                 depth -= 1
                 if depth < 0:   # refused on the string already, whatever the tree holds
-                    raise _escape(rel, syscall, "'..' leaves the workspace")
+                    raise _escape(rel, syscall, "'..' leads outside the workspace")
             elif c != ".":
                 depth += 1
         dotted = bool(comps) and comps[-1] in (".", "..")
@@ -706,8 +707,8 @@ class Workspace:
         Shell wildcards per component (``*``, ``?``, ``[...]``) and ``**`` for
         any number of directories. Wildcards match dot-files too. The walk
         never descends through a symlink (a link whose name matches is listed
-        as itself) nor into ``.git``/``node_modules`` unless the pattern names
-        them; ``..`` is refused after the first wildcard. ``truncated`` is set
+        as itself) nor into ``SKIP_DIRS`` (.git, node_modules, .venv, …) unless
+        the pattern names them; ``..`` is refused after the first wildcard. ``truncated`` is set
         when ``limit`` results or ``max_entries`` visited entries cut it short.
         """
         out = Matches()

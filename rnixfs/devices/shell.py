@@ -31,6 +31,7 @@ No pyfuse3 here.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import os
 import shutil
@@ -47,6 +48,8 @@ import psutil
 import trio
 
 from rnixfs.kernel.errors import Code, SyscallError
+
+log = logging.getLogger(__name__)
 
 DEVICE = "/dev/shell"
 KILL_GRACE = 0.5            # seconds between SIGTERM and SIGKILL
@@ -588,6 +591,12 @@ class ShellSession:
                     self._running = True
                     try:
                         await self._run_one(command)
+                    except Exception as exc:  # never take the owner's nursery down
+                        log.exception("dev/shell: command %r failed", command[:200])
+                        msg = f"rnix: internal error: {type(exc).__name__}\n".encode()
+                        result = ShellResult(126, None, msg, False, False, 0.0, len(msg), 0)
+                        self._out.extend([msg, result.trailer(), _EOF])
+                        self.results.append(result)
                     finally:
                         self._running = False
                         self.current_pid = None
@@ -647,10 +656,14 @@ class ShellSession:
         await self._report(command, result)
 
     async def _report(self, command: str, result: ShellResult) -> None:
-        if self._on_exit is not None:
+        if self._on_exit is None:
+            return
+        try:
             r = self._on_exit(command, result)
             if inspect.isawaitable(r):
                 await r
+        except Exception:
+            log.exception("dev/shell: on_exit callback failed")
 
     async def aclose(self) -> None:
         """Kill the running command (its whole tree), drop the queue; idempotent."""
