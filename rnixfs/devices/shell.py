@@ -134,6 +134,10 @@ def main():
         if 0 in r and not os.read(0, 512):
             break
     for _ in range(200):
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break  # no child at all, hence no descendant (orphans come to us)
         left = kids_of(os.getpid())
         if not left:
             break
@@ -146,6 +150,7 @@ def main():
         for _ in reap() or ():
             pass
 main()
+os._exit(0)
 """
 
 
