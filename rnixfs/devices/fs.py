@@ -332,8 +332,8 @@ class Workspace:
                                 raise _oserror(exc, p.text, syscall) from None
                             links += 1
                             if links > MAX_SYMLINKS:
-                                raise _err(Code.BUSY, p.text, "path keeps changing under us", syscall,
-                                           _errno.ELOOP) from None
+                                raise _err(Code.BUSY, p.text, "path keeps changing under us",
+                                           syscall) from None
                             todo.appendleft(c)
                         continue
                     keep = here
@@ -422,7 +422,7 @@ class Workspace:
                 os.close(fd)
                 raise
             return fd
-        raise _err(Code.BUSY, rel, "path keeps changing under us", "Open", _errno.ELOOP)
+        raise _err(Code.BUSY, rel, "path keeps changing under us", "Open")
 
     def stat(self, rel="") -> os.stat_result:
         """stat(2) of ``rel``, symlinks inside followed; ``""`` is the root."""
@@ -462,7 +462,7 @@ class Workspace:
                     if exc.errno in (_errno.ELOOP, _errno.ENOTDIR):
                         continue
                     raise _oserror(exc, rel, syscall) from None
-        raise _err(Code.BUSY, rel, "path keeps changing under us", syscall, _errno.ELOOP)
+        raise _err(Code.BUSY, rel, "path keeps changing under us", syscall)
 
     def listdir(self, rel="") -> list[str]:
         """Sorted entry names of directory ``rel`` (without ``.`` and ``..``)."""
@@ -608,7 +608,7 @@ class Workspace:
                 raise _oserror(exc, rel, "Chmod") from None
             finally:
                 os.close(fd)
-        raise _err(Code.BUSY, rel, "path keeps changing under us", "Chmod", _errno.ELOOP)
+        raise _err(Code.BUSY, rel, "path keeps changing under us", "Chmod")
 
     def truncate(self, rel, size: int) -> None:
         fd = self.open(rel, os.O_WRONLY)
