@@ -19,13 +19,19 @@ import uuid6
 from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
+from .devices import shell
+from .devices.fs import Workspace
 from .devices.llm.registry import ProviderRegistry
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
+from .kernel.tools import Tools
 from .store import Store
 
 log = logging.getLogger(__name__)
+
+SHELL_TIMEOUT = 600.0  # seconds a dev/shell command may run
+SHELL_OUTPUT = 1024 * 1024  # bytes of its output kept (head and tail)
 
 
 @dataclass
@@ -84,9 +90,18 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.kernel.run)
+                workspace = Workspace(cfg.project)
+                self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint))
+                shell_env = {**os.environ, "RNIX_MOUNT": str(cfg.mountpoint)}
+
+                def shell_session():
+                    return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,
+                                              timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT)
+
                 ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
                                  max_blocking=fuse_mount.MAX_BLOCKING,
-                                 trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)})
+                                 trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
+                                 workspace=workspace, shell_session=shell_session)
                 fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
                 signalled: list[int] = []
                 unmounted = False

@@ -14,6 +14,8 @@ DEV_LLM = 5
 SKILLS = 6
 AGENTS = 7
 PROC_SELF = 8
+DEV_FS = 9
+DEV_SHELL = 10
 LLM_BASE = 100  # + index of the provider name
 LLM_MAX = 1000
 

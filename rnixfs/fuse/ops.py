@@ -24,7 +24,8 @@ from ..kernel.errors import Code, SyscallError
 from ..kernel.process import Process
 from . import inodes as I
 from .passthrough import Passthrough, Tree, pread, pwrite
-from .signals import POLL_INTERVAL, signal_pending
+from .workspace import WorkspaceFS
+from .signals import POLL_INTERVAL, reader_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,13 @@ class Operations(pyfuse3.Operations):
 
     def __init__(self, kernel, providers, nursery: trio.Nursery, *,
                  daemon_info: Callable[[], dict], max_blocking: int,
-                 trees: dict[str, Tree] | None = None):
+                 trees: dict[str, Tree] | None = None, workspace=None,
+                 shell_session: Callable[[], object] | None = None):
         super().__init__()
         self.trees = {name: tree for name, tree in (trees or {}).items() if name in TREE_INODES}
         self.pt = Passthrough({TREE_INODES[n]: (n, t) for n, t in self.trees.items()}, self._attr)
+        self.wsfs = WorkspaceFS(workspace, self._attr) if workspace is not None else None
+        self.shell_session = shell_session
         self.kernel = kernel
         self.providers = providers
         self.nursery = nursery
@@ -105,6 +109,14 @@ class Operations(pyfuse3.Operations):
         a.attr_timeout = timeout
         a.entry_timeout = timeout if entry_timeout is None else entry_timeout
         return a
+
+    def _real(self, inode: int):
+        """The backend of a real-file inode (skills/, agents/, dev/fs), or None."""
+        if self.pt.owns(inode):
+            return self.pt
+        if self.wsfs is not None and self.wsfs.owns(inode):
+            return self.wsfs
+        return None
 
     def _proc(self, pid: int) -> Process:
         proc = self.kernel.table.get(pid)
@@ -157,8 +169,8 @@ class Operations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EIO)
 
     async def getattr(self, inode, ctx=None):
-        if self.pt.owns(inode):
-            return self.pt.getattr(inode)
+        if (real := self._real(inode)) is not None:
+            return real.getattr(inode)
         kind, a, b = I.decode(inode)
         if kind == "pid":
             return self._proc_attr(self._proc(a), b)
@@ -175,20 +187,20 @@ class Operations(pyfuse3.Operations):
         if inode in (I.ROOT, I.PROC, I.DEV, I.DEV_LLM):
             timeout = ENTRY_TIMEOUT if inode == I.PROC else STATIC_TIMEOUT
             return self._attr(inode, stat.S_IFDIR | 0o555, timeout=timeout)
-        if inode == I.PROC_NEW:
+        if inode == I.PROC_NEW or (inode == I.DEV_SHELL and self.shell_session is not None):
             return self._attr(inode, stat.S_IFREG | 0o666)
         if inode == I.PROC_SELF:
             return self._self_attr(ctx)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
-        if self.pt.owns(inode):
-            return self.pt.setattr(inode, attr, fields)
+        if (real := self._real(inode)) is not None:
+            return real.setattr(inode, attr, fields)
         # `echo x > file` truncates first: accept it on the append-only files.
         if fields.update_size and attr.st_size != 0:
             raise pyfuse3.FUSEError(errno.EINVAL)
         kind, a, b = I.decode(inode)
-        if inode == I.PROC_NEW or kind == "llm" or (kind == "pid" and b in WRITABLE):
+        if inode in (I.PROC_NEW, I.DEV_SHELL) or kind == "llm" or (kind == "pid" and b in WRITABLE):
             return await self.getattr(inode, ctx)
         raise pyfuse3.FUSEError(errno.EACCES)
 
@@ -199,14 +211,19 @@ class Operations(pyfuse3.Operations):
             tops.update({n.encode(): TREE_INODES[n] for n in self.trees})
             return tops
         if inode == I.DEV:
-            return {b"llm": I.DEV_LLM}
+            devs = {b"llm": I.DEV_LLM}
+            if self.wsfs is not None:
+                devs[b"fs"] = I.DEV_FS
+            if self.shell_session is not None:
+                devs[b"shell"] = I.DEV_SHELL
+            return devs
         if inode == I.DEV_LLM:
             return {n.encode(): I.LLM_BASE + i for i, n in enumerate(self.llm_names)}
         return None
 
     async def lookup(self, parent_inode, name, ctx=None):
-        if self.pt.owns(parent_inode):
-            return self.pt.lookup(parent_inode, name)
+        if (real := self._real(parent_inode)) is not None:
+            return real.lookup(parent_inode, name)
         kind, a, b = I.decode(parent_inode)
         if parent_inode == I.PROC:
             if name == b"new":
@@ -241,8 +258,8 @@ class Operations(pyfuse3.Operations):
         return self._attr(I.PROC_SELF, stat.S_IFLNK | 0o777, size=len(str(pid)), timeout=LIVE_TIMEOUT)
 
     async def readlink(self, inode, ctx):
-        if self.pt.owns(inode):
-            return self.pt.readlink(inode)
+        if (real := self._real(inode)) is not None:
+            return real.readlink(inode)
         if inode == I.PROC_SELF:
             pid = self.kernel.agent_of(ctx.pid)
             if pid is None:
@@ -257,8 +274,8 @@ class Operations(pyfuse3.Operations):
         return device.encode()
 
     async def opendir(self, inode, ctx):
-        if self.pt.owns(inode):
-            if not stat.S_ISDIR(self.pt.getattr(inode).st_mode):
+        if (real := self._real(inode)) is not None:
+            if not stat.S_ISDIR(real.getattr(inode).st_mode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
             return inode
         kind, a, b = I.decode(inode)
@@ -272,8 +289,8 @@ class Operations(pyfuse3.Operations):
 
     async def readdir(self, fh, start_id, token):
         inode = fh
-        if self.pt.owns(inode):
-            return self.pt.readdir(inode, start_id, token)
+        if (real := self._real(inode)) is not None:
+            return real.readdir(inode, start_id, token)
         kind, a, b = I.decode(inode)
         if inode == I.PROC:
             return self._readdir_proc(start_id, token)
@@ -322,10 +339,14 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=direct_io, keep_cache=keep_cache, nonseekable=nonseekable)
 
     async def open(self, inode, flags, ctx):
-        if self.pt.owns(inode):
+        if (real := self._real(inode)) is not None:
             h = Handle("real")
-            h.fd, h.ino = self.pt.open(inode, flags), inode
+            h.fd, h.ino = real.open(inode, flags), inode
             return self._new_handle(h, direct_io=False, keep_cache=True)
+        if inode == I.DEV_SHELL and self.shell_session is not None:
+            h = Handle("shell", caller=ctx.pid)
+            h.conv = self.shell_session()
+            return self._new_handle(h, nonseekable=True)
         kind, a, b = I.decode(inode)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY
         if inode == I.PROC_NEW:
@@ -364,10 +385,37 @@ class Operations(pyfuse3.Operations):
             while not ready():
                 with trio.move_on_after(POLL_INTERVAL):
                     await changed().wait()
-                if not ready() and signal_pending(handle.caller):
+                if not ready() and reader_interrupted(handle.caller):
                     raise pyfuse3.FUSEError(errno.EINTR)
         finally:
             self.blocking.release()
+
+    async def _interruptible(self, handle: Handle, read):
+        """Run a read that may wait; EINTR as soon as the caller has a signal."""
+        try:
+            self.blocking.acquire_nowait()
+        except trio.WouldBlock:
+            raise pyfuse3.FUSEError(errno.EAGAIN) from None
+        result, interrupted = None, False
+        try:
+            async with trio.open_nursery() as nursery:
+                async def watch():
+                    nonlocal interrupted
+                    while True:
+                        await trio.sleep(POLL_INTERVAL)
+                        if reader_interrupted(handle.caller):
+                            interrupted = True
+                            nursery.cancel_scope.cancel()
+                            return
+
+                nursery.start_soon(watch)
+                result = await read()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.blocking.release()
+        if result is None and interrupted:
+            raise pyfuse3.FUSEError(errno.EINTR)
+        return result
 
     async def read(self, fh, off, size):
         h = self.handles.get(fh)
@@ -396,6 +444,11 @@ class Operations(pyfuse3.Operations):
             data = bytes(h.out[h.cursor:h.cursor + size])
             h.cursor += len(data)
             return data
+        if h.kind == "shell":
+            try:
+                return await self._interruptible(h, lambda: h.conv.read(size))
+            except SyscallError as exc:
+                raise fuse_error(exc) from None
         if h.kind == "llm":
             conv = h.conv
             await self._block_until(h, conv.ready, lambda: conv.changed)
@@ -414,9 +467,12 @@ class Operations(pyfuse3.Operations):
                 n = await pwrite(h.fd, buf, off)
             except OSError as exc:
                 raise pyfuse3.FUSEError(exc.errno) from None
-            self.pt.changed_after_write(h.ino)
+            if self.pt.owns(h.ino):
+                self.pt.changed_after_write(h.ino)
             return n
         try:
+            if h.kind == "shell":
+                return h.conv.write(buf)
             if h.kind == "new":
                 return await self._spawn_write(h, buf)
             if h.kind == "llm":
@@ -497,35 +553,43 @@ class Operations(pyfuse3.Operations):
     async def _refuse(self, *args, **kwargs):
         raise pyfuse3.FUSEError(errno.EACCES)
 
-    mknod = symlink = link = _refuse
+    mknod = link = _refuse
+
+    async def symlink(self, parent_inode, name, target, ctx):
+        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        return self.wsfs.symlink(parent_inode, name, target)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
-        if not self.pt.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        fd, attr = self.pt.create(parent_inode, name, mode, flags)
+        fd, attr = real.create(parent_inode, name, mode, flags)
         h = Handle("real")
         h.fd, h.ino = fd, attr.st_ino
         return self._new_handle(h, direct_io=False, keep_cache=True), attr
 
     async def mkdir(self, parent_inode, name, mode, ctx):
-        if not self.pt.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.pt.mkdir(parent_inode, name, mode)
+        return real.mkdir(parent_inode, name, mode)
 
     async def unlink(self, parent_inode, name, ctx):
-        if not self.pt.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        self.pt.unlink(parent_inode, name, directory=False)
+        real.unlink(parent_inode, name, directory=False)
 
     async def rmdir(self, parent_inode, name, ctx):
-        if not self.pt.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        self.pt.unlink(parent_inode, name, directory=True)
+        real.unlink(parent_inode, name, directory=True)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        if not (self.pt.owns(parent_inode_old) and self.pt.owns(parent_inode_new)):
+        a, b = self._real(parent_inode_old), self._real(parent_inode_new)
+        if a is None or b is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        self.pt.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+        if a is not b:
+            raise pyfuse3.FUSEError(errno.EXDEV)
+        a.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
 
     async def fsync(self, fh, datasync):
         h = self.handles.get(fh)
@@ -534,7 +598,10 @@ class Operations(pyfuse3.Operations):
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)
-        if h is not None and h.conv is not None:
+        if h is not None and h.kind == "shell":
+            with trio.CancelScope(shield=True):
+                await h.conv.aclose()
+        elif h is not None and h.conv is not None:
             h.conv.close()
         if h is not None and h.fd >= 0:
             os.close(h.fd)

@@ -154,7 +154,8 @@ class Kernel:
         self._sorted.append(pid)  # PIDs grow, so appending keeps it sorted
         if ppid:
             self.table[ppid].children.add(pid)
-        self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={plan.agent}, provider={plan.provider}",
+        parent = f", ppid={ppid}" if ppid else ""
+        self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={plan.agent}, provider={plan.provider}{parent}",
                          f"PID({pid})", dur_ms=0)
         self.checkpoint(proc)
         self._nursery.start_soon(self._run_process, proc)

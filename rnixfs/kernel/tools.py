@@ -126,7 +126,22 @@ class Tools:
             return f"error: {exc.cause}"
 
     # -- workspace ---------------------------------------------------------------------
+    def relative(self, path: str) -> str:
+        """Models like absolute paths: /dev/fs/x, $RNIX_MOUNT/dev/fs/x and the
+        project's own absolute path all name workspace-relative x."""
+        prefixes = ["/dev/fs/"]
+        if self.mount:
+            prefixes.append(self.mount.rstrip("/") + "/dev/fs/")
+        prefixes.append(str(self.kernel.project).rstrip("/") + "/")
+        for prefix in prefixes:
+            if path.startswith(prefix):
+                return path[len(prefix):] or "."
+        if path in ("/dev/fs", str(self.kernel.project)):
+            return "."
+        return path
+
     async def _open(self, proc: Process, rel: str, mode: str):
+        rel = self.relative(rel)
         device = f"/dev/fs/{rel}"
         async with self.kernel.tracer.syscall(proc, "Open", f"{quote(device)}, {mode}", device=device) as c:
             path = await trio.to_thread.run_sync(self.ws.resolve, rel)
@@ -195,20 +210,17 @@ class Tools:
         return f"edited {path}: replaced 1 occurrence"
 
     async def _glob(self, proc: Process, args: dict) -> str:
-        pattern = _arg(args, "pattern")
+        pattern = self.relative(_arg(args, "pattern"))
         async with self.kernel.tracer.syscall(proc, "Glob", quote(pattern), device="/dev/fs") as c:
             matches = await trio.to_thread.run_sync(self.ws.glob, pattern, 1000)
             c.result = f"{len(matches)} matches"
         return "\n".join(matches) if matches else "(no matches)"
 
     async def _grep(self, proc: Process, args: dict) -> str:
-        pattern, glob = _arg(args, "pattern"), _arg(args, "glob", required=False) or "**/*"
+        pattern, glob = _arg(args, "pattern"), _arg(args, "glob", required=False) or "**"
         async with self.kernel.tracer.syscall(proc, "Grep", f"{quote(pattern)}, {quote(glob)}",
                                               device="/dev/fs") as c:
-            try:
-                hits = await trio.to_thread.run_sync(self.ws.grep, pattern, glob, 500)
-            except ValueError as exc:
-                raise SyscallError(Code.INVALID, f"bad pattern: {exc}") from None
+            hits = await trio.to_thread.run_sync(self.ws.grep, pattern, self.relative(glob), 500)
             c.result = f"{len(hits)} matches"
         return "\n".join(f"{rel}:{n}: {line}" for rel, n, line in hits) if hits else "(no matches)"
 
@@ -225,7 +237,7 @@ class Tools:
             async with tracer.syscall(proc, "Write", f"FD({fd}), {quote(command)}", device="/dev/shell") as c:
                 c.result = str(len(command.encode()))
             env = {**os.environ, **proc.env, "RNIX_PID": str(proc.pid), "RNIX_MOUNT": self.mount}
-            cwd = self.kernel.project / proc.cwd
+            cwd = self.kernel.project / await trio.to_thread.run_sync(self.ws.resolve, proc.cwd)
             hosts: list[int] = []
 
             def started(host_pid: int) -> None:

@@ -1,0 +1,186 @@
+"""dev/fs: the workspace through the same confined device the agents use.
+
+Every operation goes to ``rnixfs.devices.fs.Workspace`` by relative path, so
+`..`, absolute paths and symlinks leading outside are refused there, on the
+resolved path, at the moment of the call. Symlinks are shown only when they
+lead inside, and then as relative links, so the kernel never follows one out.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import posixpath
+import stat
+
+import pyfuse3
+
+from ..devices.fs import FsError, Workspace
+from . import inodes as I
+
+WS_BASE = 1 << 45
+TIMEOUT = 1.0
+
+
+def _fuse(exc: FsError) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(exc.errno)
+
+
+class WorkspaceFS:
+    def __init__(self, ws: Workspace, attr):
+        self.ws = ws
+        self._attr = attr
+        self._ino: dict[str, int] = {"": I.DEV_FS}
+        self._path: dict[int, str] = {I.DEV_FS: ""}
+        self._next = itertools.count(WS_BASE)
+
+    def owns(self, inode: int) -> bool:
+        return inode == I.DEV_FS or inode >= WS_BASE and inode in self._path
+
+    def ino_for(self, rel: str) -> int:
+        ino = self._ino.get(rel)
+        if ino is None:
+            ino = next(self._next)
+            self._ino[rel] = ino
+            self._path[ino] = rel
+        return ino
+
+    def rel(self, inode: int) -> str:
+        try:
+            return self._path[inode]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+    @staticmethod
+    def child(rel: str, name: bytes) -> str:
+        text = os.fsdecode(name)
+        if not text or "/" in text or text in (".", ".."):
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        return posixpath.join(rel, text) if rel else text
+
+    def _from_stat(self, inode: int, st: os.stat_result) -> pyfuse3.EntryAttributes:
+        a = self._attr(inode, st.st_mode, size=st.st_size, timeout=TIMEOUT, ns=st.st_mtime_ns)
+        a.st_nlink, a.st_uid, a.st_gid = st.st_nlink, st.st_uid, st.st_gid
+        a.st_atime_ns, a.st_ctime_ns = st.st_atime_ns, st.st_ctime_ns
+        return a
+
+    def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
+        rel = self.rel(inode)
+        try:
+            st = self.ws.lstat(rel)
+            if stat.S_ISLNK(st.st_mode) and self.ws.link_target(rel) is None:
+                raise pyfuse3.FUSEError(errno.EACCES)  # leads outside: not shown
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self._from_stat(inode, st)
+
+    def lookup(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
+        return self.getattr(self.ino_for(self.child(self.rel(parent), name)))
+
+    def readdir(self, inode: int, start_id: int, token) -> None:
+        rel = self.rel(inode)
+        try:
+            entries = sorted(self.ws.entries(rel))
+        except FsError as exc:
+            raise _fuse(exc) from None
+        for i in range(start_id, len(entries)):
+            name, st = entries[i]
+            crel = posixpath.join(rel, name) if rel else name
+            if stat.S_ISLNK(st.st_mode) and self.ws.link_target(crel) is None:
+                continue  # links leading outside are not listed
+            attr = self._from_stat(self.ino_for(crel), st)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
+                return
+
+    def readlink(self, inode: int) -> bytes:
+        rel = self.rel(inode)
+        target = self.ws.link_target(rel)
+        if target is None:
+            raise pyfuse3.FUSEError(errno.EACCES)
+        here = posixpath.dirname(rel)
+        return os.fsencode(posixpath.relpath(target or ".", here or "."))
+
+    def open(self, inode: int, flags: int) -> int:
+        try:
+            return self.ws.open(self.rel(inode), flags & ~os.O_CREAT)
+        except FsError as exc:
+            raise _fuse(exc) from None
+
+    def create(self, parent: int, name: bytes, mode: int, flags: int):
+        rel = self.child(self.rel(parent), name)
+        try:
+            fd = self.ws.open(rel, flags | os.O_CREAT, stat.S_IMODE(mode))
+        except FsError as exc:
+            raise _fuse(exc) from None
+        inode = self.ino_for(rel)
+        return fd, self.getattr(inode)
+
+    def mkdir(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
+        rel = self.child(self.rel(parent), name)
+        try:
+            self.ws.mkdir(rel, stat.S_IMODE(mode))
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self.getattr(self.ino_for(rel))
+
+    def symlink(self, parent: int, name: bytes, target: bytes) -> pyfuse3.EntryAttributes:
+        rel = self.child(self.rel(parent), name)
+        try:
+            self.ws.symlink(os.fsdecode(target), rel)
+            if self.ws.link_target(rel) is None:
+                self.ws.unlink(rel)
+                raise pyfuse3.FUSEError(errno.EACCES)  # would lead outside
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self.getattr(self.ino_for(rel))
+
+    def unlink(self, parent: int, name: bytes, *, directory: bool) -> None:
+        rel = self.child(self.rel(parent), name)
+        try:
+            (self.ws.rmdir if directory else self.ws.unlink)(rel)
+        except FsError as exc:
+            raise _fuse(exc) from None
+        self._move(rel, None)
+
+    def rename(self, old_parent: int, old: bytes, new_parent: int, new: bytes, flags: int) -> None:
+        src = self.child(self.rel(old_parent), old)
+        dst = self.child(self.rel(new_parent), new)
+        try:
+            self.ws.rename(src, dst, noreplace=bool(flags & 1), exchange=bool(flags & 2))
+        except FsError as exc:
+            raise _fuse(exc) from None
+        if flags & 2:
+            tmp = "\0swap"
+            self._move(src, tmp)
+            self._move(dst, src)
+            self._move(tmp, dst)
+        else:
+            self._move(dst, None)
+            self._move(src, dst)
+
+    def _move(self, src: str, dst: str | None) -> None:
+        """Keep inode numbers on renames (the kernel does); forget removed ones."""
+        prefix = src + "/"
+        for key in [k for k in self._ino if k == src or k.startswith(prefix)]:
+            ino = self._ino.pop(key)
+            if dst is None:
+                self._path.pop(ino, None)
+            else:
+                new = dst + key[len(src):]
+                self._ino[new] = ino
+                self._path[ino] = new
+
+    def setattr(self, inode: int, attr, fields) -> pyfuse3.EntryAttributes:
+        rel = self.rel(inode)
+        try:
+            if fields.update_size:
+                self.ws.truncate(rel, attr.st_size)
+            if fields.update_mode:
+                self.ws.chmod(rel, stat.S_IMODE(attr.st_mode))
+            if fields.update_mtime or fields.update_atime:
+                st = self.ws.stat(rel)
+                self.ws.utime(rel, ns=(attr.st_atime_ns if fields.update_atime else st.st_atime_ns,
+                                       attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns))
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self.getattr(inode)

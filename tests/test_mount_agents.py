@@ -1,0 +1,193 @@
+"""Tier 3: agents doing real work on a real mount (issue 4's checks):
+tools through the devices, denials, kill leaving no process behind, an
+agent's Bash spawning through the mount, dev/fs and dev/shell for users."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import psutil
+import pytest
+
+from tests.mountutil import needs_fuse, sh, wait_for
+
+pytestmark = [needs_fuse, pytest.mark.mount]
+
+
+def call(name, args, cid):
+    return {"id": cid, "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def run(m, script, **kw):
+    return sh(script, env={**os.environ, "M": str(m.path)}, **kw)
+
+
+def test_agent_reads_greps_edits_and_runs_a_test(mnt, scripted_server):
+    (mnt.project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (mnt.project / "test_calc.sh").write_text("python3 -c 'import calc; assert calc.add(2, 2) == 4' && echo PASS\n")
+    mark = "FIX-THE-BUG"
+    for i, (name, args) in enumerate([
+        ("Read", {"path": "calc.py"}),
+        ("Grep", {"pattern": "return a", "glob": "*.py"}),
+        ("Edit", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+        ("Bash", {"command": "bash test_calc.sh"}),
+    ]):
+        scripted_server.enqueue({"match": mark, "tool_calls": [call(name, args, f"c{i}")]})
+    scripted_server.enqueue({"match": mark, "content": "fixed: add now adds"})
+    pid = mnt.spawn(mark)
+    assert mnt.wait(pid).startswith("exited(0) steps=5")
+    assert (mnt.project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    tools = [json.loads(line) for line in open(mnt.p(f"proc/{pid}/context")) if '"tool"' in line]
+    results = [m["content"] for m in tools if m["role"] == "tool"]
+    assert results[0] == "def add(a, b):\n    return a - b\n"
+    assert results[1] == "calc.py:2:     return a - b"
+    assert results[2].startswith("edited calc.py")
+    assert results[3] == "PASS\n[exit 0]"
+    trace = open(mnt.p(f"proc/{pid}/trace")).read()
+    for line in ('Open("/dev/fs/calc.py", O_RDONLY) = FD(4)', "Read(FD(4)) = 32 bytes",
+                 'Open("/dev/fs/calc.py", O_RDWR) = FD(4)', "Write(FD(4), 32 bytes) = 32",
+                 "Close(FD(4)) = 0", 'Grep("return a", "*.py") = 1 matches',
+                 'Open("/dev/shell", O_RDWR) = FD(4)', "exit=0"):
+        assert line in trace, line
+
+
+def test_edit_fails_clearly_on_zero_or_many_matches(mnt, scripted_server):
+    (mnt.project / "f.txt").write_text("x x\n")
+    mark = "EDIT-MARK"
+    scripted_server.enqueue({"match": mark, "tool_calls": [
+        call("Edit", {"path": "f.txt", "old_string": "x", "new_string": "y"}, "a"),
+        call("Edit", {"path": "f.txt", "old_string": "zzz", "new_string": "y"}, "b"),
+        call("Read", {"path": "../outside"}, "c"),
+        call("Write", {"path": "/etc/rnixfs-test", "content": "no"}, "d")]})
+    scripted_server.enqueue({"match": mark, "content": "ok"})
+    pid = mnt.spawn(mark)
+    assert mnt.wait(pid).startswith("exited(0)")
+    results = [json.loads(l)["content"] for l in open(mnt.p(f"proc/{pid}/context")) if '"role": "tool"' in l]
+    assert "occurs 2 times" in results[0] and "occurs 0 times" in results[1]
+    assert results[2].startswith("error:") and results[3].startswith("error:")
+    assert (mnt.project / "f.txt").read_text() == "x x\n" and not os.path.exists("/etc/rnixfs-test")
+    assert "-1 [PERMISSION]" in open(mnt.p(f"proc/{pid}/trace")).read()
+
+
+def test_skill_without_bash_cannot_run_a_command_by_any_tool(mnt, scripted_server):
+    skill = mnt.project / ".rnix/skills/reader"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: reader\ndescription: reads\nallowed-tools: Read Grep\n---\nRead only.\n")
+    marker = mnt.project / "pwned"
+    mark = "NO-SHELL"
+    scripted_server.enqueue({"match": mark, "tool_calls": [
+        call(name, {"command": f"touch {marker}"}, f"t{i}")
+        for i, name in enumerate(["Bash", "bash", "Shell", "Exec", "Run"])]
+        + [call("Write", {"path": "pwned.sh", "content": "touch pwned"}, "w"),
+           call("Spawn", {"intent": "run touch pwned"}, "s")]})
+    scripted_server.enqueue({"match": mark, "content": "gave up"})
+    pid = wait_for(lambda: _spawn(mnt, json.dumps({"intent": mark, "skills": ["reader"]})), 10, what="spawn")
+    assert mnt.wait(pid).startswith("exited(0)")
+    assert not marker.exists() and not (mnt.project / "pwned.sh").exists()
+    st = mnt.status(pid)
+    assert st["allowed_tools"] == ["Grep", "Read"] and not st["children"]
+    trace = open(mnt.p(f"proc/{pid}/trace")).read()
+    assert trace.count("-1 [PERMISSION]") == 3 and trace.count("unknown tool") == 4
+
+
+def _spawn(m, req):
+    try:
+        return m.spawn(req)
+    except AssertionError:
+        return None
+
+
+def test_kill_leaves_no_process_behind(mnt, scripted_server):
+    tag = f"rnixfs-kill-{uuid.uuid4().hex[:8]}"
+    mark = "SLEEPER"
+    scripted_server.enqueue({"match": mark, "tool_calls": [
+        call("Bash", {"command": f"RNIX_TAG={tag} bash -c 'sleep 600 & setsid sleep 600 & sleep 600'",
+                      "timeout": 900}, "b")]})
+    pid = mnt.spawn(mark)
+
+    def tagged():
+        out = []
+        for p in psutil.process_iter(["environ"]):
+            try:
+                if (p.info["environ"] or {}).get("RNIX_TAG") == tag:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    wait_for(lambda: len(tagged()) >= 3, 30, what="the sleeps to start")
+    assert run(mnt, f'echo kill > "$M/proc/{pid}/ctl"').returncode == 0
+    assert mnt.wait(pid).startswith("exited(137)")
+    wait_for(lambda: not tagged(), 15, what="every sleep to die")
+
+
+def test_agent_bash_spawning_through_the_mount_becomes_the_parent(mnt, scripted_server):
+    mark = "PARENT-BASH"
+    scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {
+        "command": 'echo "child via mount" > "$RNIX_MOUNT/proc/new" && readlink "$RNIX_MOUNT/proc/self"'
+                   ' && echo "pid=$RNIX_PID"'}, "b")]})
+    scripted_server.enqueue({"match": mark, "content": "spawned"})
+    pid = mnt.spawn(mark)
+    assert mnt.wait(pid).startswith("exited(0)")
+    result = [json.loads(l)["content"] for l in open(mnt.p(f"proc/{pid}/context")) if '"role": "tool"' in l][0]
+    assert result == f"{pid}\npid={pid}\n[exit 0]"
+    children = [int(p) for p in os.listdir(mnt.p("proc")) if p.isdigit() and int(p) > pid]
+    child = next(c for c in children if mnt.status(c)["intent"] == "child via mount")
+    assert f"ppid={pid})" in open(mnt.p(f"proc/{child}/trace")).readline()  # parent at spawn
+    # a user's shell is nobody's child and has no proc/self
+    assert run(mnt, 'echo "from a user" > "$M/proc/new"').returncode == 0
+    assert run(mnt, 'readlink "$M/proc/self"').returncode != 0
+
+
+def test_parent_child_link_while_the_parent_runs(mnt, scripted_server):
+    mark = "LIVE-PARENT"
+    scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {
+        "command": 'echo "[[delay:1]] kid" > "$RNIX_MOUNT/proc/new"; sleep 2'}, "b")]})
+    scripted_server.enqueue({"match": mark, "content": "done"})
+    pid = mnt.spawn(mark)
+    child = wait_for(lambda: mnt.status(pid)["children"], 30, what="a child")[0]
+    assert mnt.status(child)["ppid"] == pid
+    assert mnt.wait(pid).startswith("exited(0)")
+    wait_for(lambda: mnt.status(child)["ppid"] == 0, 10, what="reparenting to 0")
+
+
+def test_dev_fs_and_dev_shell_for_users(mnt):
+    (mnt.project / "hello.txt").write_text("hi\n")
+    os.symlink("/etc/passwd", mnt.project / "escape")
+    os.symlink("hello.txt", mnt.project / "inside")
+    assert open(mnt.p("dev/fs/hello.txt")).read() == "hi\n"
+    assert open(mnt.p("dev/fs/inside")).read() == "hi\n"
+    assert "escape" not in os.listdir(mnt.p("dev/fs"))
+    res = run(mnt, 'cat "$M/dev/fs/escape"')
+    assert res.returncode != 0 and "Permission denied" in res.stderr
+    res = run(mnt, 'echo new > "$M/dev/fs/made.txt" && mkdir "$M/dev/fs/d" && mv "$M/dev/fs/made.txt" "$M/dev/fs/d/"')
+    assert res.returncode == 0, res.stderr
+    assert (mnt.project / "d/made.txt").read_text() == "new\n"
+    res = run(mnt, 'ln -s /etc "$M/dev/fs/etc-link"')
+    assert res.returncode != 0 and "Permission denied" in res.stderr
+    res = run(mnt, 'exec 3<>"$M/dev/shell"; echo "ls; exit 3" >&3; cat <&3; echo "pwd" >&3; cat <&3')
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "hello.txt" in lines and "[exit 3]" in lines
+    assert lines[-2:] == [str(mnt.project), "[exit 0]"]
+
+
+@pytest.mark.parametrize("device,message", [("dev/shell", "sleep 60"),
+                                            ("dev/llm/scripted", "[[delay:60]] slow")])
+def test_ctrl_c_when_the_reader_is_not_the_opener(mnt, device, message):
+    """`exec 3<>f` in bash, then `cat <&3`: the blocked reader is bash's child."""
+    import time
+
+    p = subprocess.Popen(["bash", "-c", f'exec 3<>"{mnt.p(device)}"; echo "{message}" >&3; cat <&3'])
+    wait_for(lambda: any(c.name() == "cat" for c in psutil.Process(p.pid).children()), 10, what="cat")
+    cat = next(c for c in psutil.Process(p.pid).children() if c.name() == "cat")
+    time.sleep(0.3)  # let the read block
+    t0 = time.monotonic()
+    cat.send_signal(2)
+    cat.wait(10)
+    print(f"{device}: cat ended {1000 * (time.monotonic() - t0):.0f} ms after SIGINT")
+    assert time.monotonic() - t0 < 2.0
+    p.wait(10)
+    assert mnt.daemon_alive()
