@@ -191,3 +191,20 @@ def test_ctrl_c_when_the_reader_is_not_the_opener(mnt, device, message):
     assert time.monotonic() - t0 < 2.0
     p.wait(10)
     assert mnt.daemon_alive()
+
+
+@pytest.mark.model
+def test_embedded_model_runs_the_tool_loop(mount_factory):
+    """Shape only: the offline demo model, constrained by a JSON schema,
+    drives the loop to an exit within its step budget."""
+    import re
+
+    m = mount_factory(None)  # no providers.yaml: the embedded model
+    (m.project / "notes.txt").write_text("rnixfs demo\n")
+    pid = m.spawn('{"intent": "List the files in the workspace, then answer.", "max_steps": 3}')
+    line = m.wait(pid, timeout=300)
+    assert re.match(r"exited\((0|10)\) steps=[1-3] tokens=[1-9]\d* ", line), line
+    st = m.status(pid)
+    assert st["provider"] == "local" and st["tokens"]["in"] > 0 and st["tokens"]["out"] > 0
+    trace = open(m.p(f"proc/{pid}/trace")).read()
+    assert 'Open("/dev/llm/local", O_RDWR) = FD(3)' in trace and "Read(FD(3)) = " in trace
