@@ -17,37 +17,20 @@ import trio
 
 from rnixfs.fuse import inodes as I
 from rnixfs.fuse.ops import Operations
+from tests.kernelutil import run_with_kernel
 from tests.test_kernel import Providers
-from rnixfs.kernel.kernel import Kernel
-from rnixfs.store import Store
 
 ME = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o22)
 GONE = SimpleNamespace(pid=2**22 + 12345, uid=0, gid=0, umask=0o22)  # no such host pid
 
 
 def with_ops(tmp_path, url, body, *, max_blocking=16):
-    out = {}
+    async def inner(kernel, nursery):
+        ops = Operations(kernel, kernel.providers, nursery, daemon_info=lambda: {"pid": 1},
+                         max_blocking=max_blocking)
+        return await body(ops, kernel)
 
-    async def main():
-        store = Store(tmp_path / "rnixfs.db")
-        token = trio.lowlevel.current_trio_token()
-        store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
-        store.start()
-        providers = Providers(url)
-        kernel = Kernel(store, providers, daemon_id="t", project=tmp_path)
-        async with trio.open_nursery() as n:
-            await n.start(kernel.run)
-            ops = Operations(kernel, providers, n, daemon_info=lambda: {"pid": 1},
-                             max_blocking=max_blocking)
-            with trio.fail_after(60):
-                out["v"] = await body(ops, kernel)
-            await kernel.shutdown()
-            await providers.aclose()
-            n.cancel_scope.cancel()
-        await trio.to_thread.run_sync(store.stop)
-
-    trio.run(main)
-    return out["v"]
+    return run_with_kernel(tmp_path, lambda: Providers(url), inner, with_nursery=True)
 
 
 async def fuse_errno(coro) -> int:

@@ -11,10 +11,10 @@ import trio
 from rnixfs.config import parse_providers
 from rnixfs.devices.llm.openai import OpenAIProvider
 from rnixfs.kernel.errors import Code, SyscallError
-from rnixfs.kernel.kernel import Kernel
 from rnixfs.kernel.process import State
 from rnixfs.kernel.request import SpawnRequest, parse
-from rnixfs.store import Store, StoreReader
+from rnixfs.store import StoreReader
+from tests.kernelutil import run_with_kernel
 from tests.mountutil import scripted_providers
 
 
@@ -39,27 +39,7 @@ class Providers:
 
 def run_kernel(tmp_path: Path, url: str, body, *, linger: float = 600.0, daemon_id: str = "d1"):
     """Run ``body(kernel)`` inside a live kernel with a real store."""
-    result = {}
-
-    async def main():
-        store = Store(tmp_path / "rnixfs.db")
-        await trio.to_thread.run_sync(store.recover, daemon_id)
-        token = trio.lowlevel.current_trio_token()
-        store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
-        store.start()
-        providers = Providers(url)
-        kernel = Kernel(store, providers, daemon_id=daemon_id, linger=linger, project=tmp_path)
-        async with trio.open_nursery() as n:
-            await n.start(kernel.run)
-            with trio.fail_after(60):
-                result["value"] = await body(kernel)
-            await kernel.shutdown()
-            await providers.aclose()
-            n.cancel_scope.cancel()
-        await trio.to_thread.run_sync(store.stop)
-
-    trio.run(main)
-    return result["value"]
+    return run_with_kernel(tmp_path, lambda: Providers(url), body, daemon_id=daemon_id, linger=linger)
 
 
 async def spawn_wait(kernel, text: str, **opts):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -56,7 +55,7 @@ def test_builtins_are_real_files_with_provenance(mnt):
 def test_project_copy_shadows_user_copy_whole(mnt):
     user = write_skill(mnt.config_dir / "skills", "shared", desc="user copy", version="1")
     (user / "extra.txt").write_text("only in the user copy")
-    project = write_skill(mnt.project / ".rnix/skills", "shared", desc="project copy", version="2")
+    write_skill(mnt.project / ".rnix/skills", "shared", desc="project copy", version="2")
     wait_for(lambda: "shared" in os.listdir(mnt.p("skills")), 10, what="skill to appear")
     wait_for(lambda: "project copy" in open(mnt.p("skills/shared/SKILL.md")).read(), 10,
              what="the project copy to win")

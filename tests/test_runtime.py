@@ -10,11 +10,10 @@ import trio
 
 from rnixfs.config import parse_providers
 from rnixfs.devices.llm.openai import OpenAIProvider
-from rnixfs.kernel.kernel import Kernel
 from rnixfs.kernel.plan import SpawnPlan
 from rnixfs.kernel.request import parse
 from rnixfs.kernel.tools import Tools
-from rnixfs.store import Store
+from tests.kernelutil import run_with_kernel
 
 
 class Registry:
@@ -50,27 +49,11 @@ def planner_with(**fields):
 
 
 def run(tmp_path: Path, url: str, body, **plan_fields):
-    out = {}
-
-    async def main():
-        store = Store(tmp_path / "rnixfs.db")
-        token = trio.lowlevel.current_trio_token()
-        store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
-        store.start()
-        providers = Registry(url)
-        kernel = Kernel(store, providers, daemon_id="rt", project=tmp_path, planner=planner_with(**plan_fields))
+    def setup(kernel):
         kernel.tools = Tools(kernel, None, None, mount="")
-        async with trio.open_nursery() as n:
-            await n.start(kernel.run)
-            with trio.fail_after(60):
-                out["v"] = await body(kernel)
-            await kernel.shutdown()
-            await providers.aclose()
-            n.cancel_scope.cancel()
-        await trio.to_thread.run_sync(store.stop)
 
-    trio.run(main)
-    return out["v"]
+    return run_with_kernel(tmp_path, lambda: Registry(url), body, daemon_id="rt",
+                           planner=planner_with(**plan_fields), setup=setup)
 
 
 def call(name, args, cid="c1"):
