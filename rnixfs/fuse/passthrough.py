@@ -7,7 +7,6 @@ what the extended attributes say come from a ``Tree`` (rnixfs.views).
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import os
 import stat
@@ -16,6 +15,8 @@ from typing import Protocol
 
 import pyfuse3
 import trio
+
+from .inodemap import InodeMap
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +49,21 @@ class Passthrough:
     def __init__(self, trees: dict[int, tuple[str, Tree]], attr):
         self.trees = trees  # root inode -> (name, Tree)
         self._attr = attr  # Operations._attr, to share uid/gid and layout
-        self._ino: dict[tuple[int, str], int] = {}
-        self._path: dict[int, tuple[int, str]] = {}
-        self._next = itertools.count(PT_BASE)
+        # keys are "<root inode>:<relative path>", so one map serves every tree
+        self.inodes = InodeMap(PT_BASE)
 
     # -- inodes ------------------------------------------------------------------
     def owns(self, inode: int) -> bool:
-        return inode in self.trees or inode >= PT_BASE and inode in self._path
+        return inode in self.trees or inode >= PT_BASE and inode in self.inodes
 
     def ino_for(self, root: int, rel: str) -> int:
-        key = (root, rel)
-        ino = self._ino.get(key)
-        if ino is None:
-            ino = next(self._next)
-            self._ino[key] = ino
-            self._path[ino] = key
-        return ino
+        return self.inodes.ino(f"{root}:{rel}")
 
     def where(self, inode: int) -> tuple[int, str]:
         if inode in self.trees:
             return inode, ""
-        try:
-            return self._path[inode]
-        except KeyError:
-            raise pyfuse3.FUSEError(errno.ENOENT) from None
+        root, _, rel = self.inodes.path(inode).partition(":")
+        return int(root), rel
 
     def real(self, root: int, rel: str) -> Path:
         """The real path of a relative path; ENOENT when its skill is gone."""
@@ -233,19 +225,10 @@ class Passthrough:
         self._changed(root_a)
 
     def _move_path(self, root: int, src: str, dst: str) -> None:
-        """The kernel keeps a renamed entry's inode: it now names the new path."""
-        prefix = src + "/"
-        for key in [k for k in self._ino if k[0] == root and (k[1] == src or k[1].startswith(prefix))]:
-            ino = self._ino.pop(key)
-            new = (root, dst + key[1][len(src):])
-            self._ino[new] = ino
-            self._path[ino] = new
+        self.inodes.move(f"{root}:{src}", f"{root}:{dst}")
 
     def _forget_path(self, root: int, rel: str) -> None:
-        """Drop a name and everything below it, so inodes never go stale."""
-        prefix = rel + "/"
-        for key in [k for k in self._ino if k[0] == root and (k[1] == rel or k[1].startswith(prefix))]:
-            self._path.pop(self._ino.pop(key), None)
+        self.inodes.move(f"{root}:{rel}", None)
 
     def _changed(self, root: int) -> None:
         self.trees[root][1].changed()

@@ -8,7 +8,6 @@ lead inside, and then as relative links, so the kernel never follows one out.
 from __future__ import annotations
 
 import errno
-import itertools
 import os
 import posixpath
 import stat
@@ -17,6 +16,7 @@ import pyfuse3
 
 from ..devices.fs import FsError, Workspace
 from . import inodes as I
+from .inodemap import InodeMap
 
 WS_BASE = 1 << 45
 TIMEOUT = 1.0
@@ -30,26 +30,16 @@ class WorkspaceFS:
     def __init__(self, ws: Workspace, attr):
         self.ws = ws
         self._attr = attr
-        self._ino: dict[str, int] = {"": I.DEV_FS}
-        self._path: dict[int, str] = {I.DEV_FS: ""}
-        self._next = itertools.count(WS_BASE)
+        self.inodes = InodeMap(WS_BASE, {"": I.DEV_FS})
 
     def owns(self, inode: int) -> bool:
-        return inode == I.DEV_FS or inode >= WS_BASE and inode in self._path
+        return inode == I.DEV_FS or inode >= WS_BASE and inode in self.inodes
 
     def ino_for(self, rel: str) -> int:
-        ino = self._ino.get(rel)
-        if ino is None:
-            ino = next(self._next)
-            self._ino[rel] = ino
-            self._path[ino] = rel
-        return ino
+        return self.inodes.ino(rel)
 
     def rel(self, inode: int) -> str:
-        try:
-            return self._path[inode]
-        except KeyError:
-            raise pyfuse3.FUSEError(errno.ENOENT) from None
+        return self.inodes.path(inode)
 
     @staticmethod
     def child(rel: str, name: bytes) -> str:
@@ -159,16 +149,7 @@ class WorkspaceFS:
             self._move(src, dst)
 
     def _move(self, src: str, dst: str | None) -> None:
-        """Keep inode numbers on renames (the kernel does); forget removed ones."""
-        prefix = src + "/"
-        for key in [k for k in self._ino if k == src or k.startswith(prefix)]:
-            ino = self._ino.pop(key)
-            if dst is None:
-                self._path.pop(ino, None)
-            else:
-                new = dst + key[len(src):]
-                self._ino[new] = ino
-                self._path[ino] = new
+        self.inodes.move(src, dst)
 
     def setattr(self, inode: int, attr, fields) -> pyfuse3.EntryAttributes:
         rel = self.rel(inode)
