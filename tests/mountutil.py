@@ -3,6 +3,7 @@ always unmount in a finalizer (fusermount3 -u, then -z), never leave a
 daemon behind."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -99,9 +100,9 @@ def write_providers(config_dir: Path, text: str) -> None:
     (config_dir / "providers.yaml").write_text(text)
 
 
-def scripted_providers(url: str, default: str = "scripted", **extra) -> str:
+def scripted_providers(url: str, default: str = "scripted", timeout: float = 10, **extra) -> str:
     lines = [f"default: {default}", "providers:", "  scripted:", "    type: openai",
-             f"    base_url: {url}", "    model: scripted-model", "    timeout: 10",
+             f"    base_url: {url}", "    model: scripted-model", f"    timeout: {timeout:g}",
              "    max_retries: 2", "    retry_initial: 0.01", "    retry_max: 0.05"]
     lines += [f"    {k}: {v}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
@@ -118,6 +119,34 @@ def do_mount(tmp: Path, providers_yaml: str | None, *extra: str, name: str = "mn
            "--config-dir", str(config_dir), *extra)
     info = json.loads(os.getxattr(mnt, "user.rnixfs.daemon"))
     return Mount(mnt, project, state_dir, config_dir, info["pid"])
+
+
+@contextlib.contextmanager
+def served_mount(tmp: Path, *, timeout: float = 10):
+    """A scripted server and a mount whose default provider it is; both gone
+    afterwards. For module-scoped fixtures (a mount costs ~2 s)."""
+    from tests.scripted_server import ScriptedServer
+
+    server = ScriptedServer().start()
+    try:
+        m = do_mount(tmp, scripted_providers(server.url, timeout=timeout))
+        try:
+            yield m
+        finally:
+            cleanup(m)
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def hanging_process(m: Mount, request: str):
+    """A process whose step does not end by itself; killed afterwards."""
+    pid = m.spawn(request)
+    wait_for(lambda: m.status(pid)["fds"], 30, what="the step to start")
+    try:
+        yield pid
+    finally:
+        sh(f'echo kill > "{m.p(f"proc/{pid}/ctl")}"')
 
 
 def cleanup(m: Mount) -> None:

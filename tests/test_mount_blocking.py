@@ -24,8 +24,7 @@ import time
 
 import pytest
 
-from tests.mountutil import Mount, cleanup, do_mount, needs_fuse, scripted_providers, sh, wait_for
-from tests.scripted_server import ScriptedServer
+from tests.mountutil import hanging_process, needs_fuse, served_mount, sh, wait_for
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 
@@ -57,27 +56,16 @@ print(json.dumps({"n": n, "errno": err, "t": time.monotonic(), "data": buf.raw[:
 def mnt(tmp_path_factory):
     """One mount for the module (overrides conftest's per-test `mnt`). The
     provider's HTTP timeout is raised so a `[[delay:60]]` step outlives every
-    test here; unmounted in the finalizer, which also kills what still runs."""
-    server = ScriptedServer().start()
-    try:
-        providers = scripted_providers(server.url).replace("    timeout: 10\n", "    timeout: 300\n")
-        assert "timeout: 300" in providers
-        m = do_mount(tmp_path_factory.mktemp("blocking"), providers)
-        try:
-            yield m
-        finally:
-            cleanup(m)
-    finally:
-        server.stop()
+    test here."""
+    with served_mount(tmp_path_factory.mktemp("blocking"), timeout=300) as m:
+        yield m
 
 
 @pytest.fixture
 def hang(mnt):
     """A process whose step never ends by itself; killed after the test."""
-    pid = mnt.spawn(HANG)
-    wait_for(lambda: mnt.status(pid)["fds"], 30, what="the step to start")
-    yield pid
-    sh(f'echo kill > "{mnt.p(f"proc/{pid}/ctl")}"')
+    with hanging_process(mnt, HANG) as pid:
+        yield pid
 
 
 def blocked_in_read(pid: int) -> bool:

@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from tests.mountutil import Mount, cleanup, do_mount, needs_fuse, scripted_providers, sh, wait_for
-from tests.scripted_server import ScriptedServer
+from tests.mountutil import Mount, hanging_process, needs_fuse, served_mount, sh, wait_for
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 
@@ -92,27 +91,18 @@ def in_log(m: Mount, text: str) -> bool:
 @pytest.fixture(scope="module")
 def mnt(tmp_path_factory):
     """One mount for the module; overrides conftest's per-test `mnt` (each test
-    compares `ls proc` before and after itself). Unmounted in the finalizer."""
-    server = ScriptedServer().start()
-    try:
-        tmp = tmp_path_factory.mktemp("errors")
-        (tmp / "project" / "sub").mkdir(parents=True)
-        m = do_mount(tmp, scripted_providers(server.url))
-        try:
-            yield m
-        finally:
-            cleanup(m)
-    finally:
-        server.stop()
+    compares `ls proc` before and after itself)."""
+    tmp = tmp_path_factory.mktemp("errors")
+    (tmp / "project" / "sub").mkdir(parents=True)
+    with served_mount(tmp) as m:
+        yield m
 
 
 @pytest.fixture
 def hang(mnt):
     """A running process (a step that does not end by itself); killed after."""
-    pid = mnt.spawn(HANG)
-    wait_for(lambda: mnt.status(pid)["fds"], 30, what="the step to start")
-    yield pid
-    run(mnt, f'echo kill > "$M/proc/{pid}/ctl"')
+    with hanging_process(mnt, HANG) as pid:
+        yield pid
 
 
 # ---------------------------------------------------------------------- proc/new

@@ -16,8 +16,7 @@ import uuid
 
 import pytest
 
-from tests.mountutil import Mount, cleanup, do_mount, needs_fuse, scripted_providers, sh, wait_for
-from tests.scripted_server import ScriptedServer
+from tests.mountutil import Mount, needs_fuse, scripted_providers, served_mount, sh, wait_for
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 
@@ -25,17 +24,9 @@ pytestmark = [needs_fuse, pytest.mark.mount]
 @pytest.fixture(scope="module")
 def mnt(tmp_path_factory):
     """One mount for the module (a mount costs ~2 s): the tests only look at
-    the PIDs they spawn themselves. Overrides conftest's per-test `mnt`;
-    unmounted in the finalizer like every other mount."""
-    server = ScriptedServer().start()
-    try:
-        m = do_mount(tmp_path_factory.mktemp("proc"), scripted_providers(server.url))
-        try:
-            yield m
-        finally:
-            cleanup(m)
-    finally:
-        server.stop()
+    the PIDs they spawn themselves. Overrides conftest's per-test `mnt`."""
+    with served_mount(tmp_path_factory.mktemp("proc")) as m:
+        yield m
 
 WAIT_RE = re.compile(r"^exited\((-?\d+)\) steps=(\d+) tokens=(\d+) elapsed=(\d+\.\d)s\n$")
 TRACE_RE = re.compile(r"^\[\s*(\d+\.\d{3})s\] ([A-Z][A-Za-z]*)\((.*)\) = (.*?)(?:    (\d+)ms)?$")
