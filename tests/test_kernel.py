@@ -219,3 +219,18 @@ def test_syscall_error_format():
     e = SyscallError(Code.TIMEOUT, "deadline exceeded", syscall="Spawn", pid=1, device="/dev/llm/local")
     assert str(e) == "[TIMEOUT] PID 1 Spawn: /dev/llm/local (deadline exceeded)"
     assert e.errno == 110
+
+
+def test_spawns_and_signals_are_audited(tmp_path, scripted_server):
+    import sqlite3
+
+    async def body(k):
+        p = await k.spawn(parse(b"[[delay:5]] x"))
+        await k.signal(p.pid, "kill")
+        await p.exited_event.wait()
+        return p.pid
+
+    pid = run_kernel(tmp_path, scripted_server.url, body)
+    rows = sqlite3.connect(tmp_path / "rnixfs.db").execute("SELECT action, detail FROM audit").fetchall()
+    assert ("spawn", json.dumps({"pid": pid, "ppid": 0, "agent": "default", "provider": "scripted"})) in rows
+    assert ("signal", json.dumps({"pid": pid, "command": "kill"})) in rows

@@ -194,3 +194,22 @@ def test_tool_result_is_capped(tmp_path, scripted_server):
 
     text = cap("é" * RESULT_CAP)
     assert len(text.encode()) < RESULT_CAP + 100 and "[truncated:" in text
+
+
+def test_a_refused_request_skips_the_model_fallback(tmp_path, scripted_server):
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:401]] x"),
+            fallback_model="m-cheap", fallback_provider="backup")
+    assert [r["model"] for r in scripted_server.requests] == ["m-main", "m-backup"]
+    assert p.provider == "backup" and "Fallback(model=" not in p.trace.decode()
+
+
+def test_step_timeout_is_a_heartbeat(tmp_path, scripted_server):
+    """A reply that keeps streaming outlives step_timeout; a silent one does not."""
+    async def body(k):
+        alive = await spawn_wait(k, "[[chunk-delay:0.2]] [[tokens:8]] steady", step_timeout="0.6s")
+        silent = await spawn_wait(k, "[[delay:3]] silent", step_timeout="0.6s")
+        return alive, silent
+
+    alive, silent = run(tmp_path, scripted_server.url, body)
+    assert alive.exit_code == 0 and alive.elapsed() > 0.6
+    assert silent.exit_code == 124 and "no reply for step_timeout" in silent.error["cause"]

@@ -158,6 +158,8 @@ class Kernel:
         self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={plan.agent}, provider={plan.provider}{parent}",
                          f"PID({pid})", dur_ms=0)
         self.checkpoint(proc)
+        self.store.put_audit(self.daemon_id, "spawn", {"pid": pid, "ppid": ppid, "agent": plan.agent,
+                                                       "provider": plan.provider})
         self._nursery.start_soon(self._run_process, proc)
         return proc
 
@@ -270,6 +272,7 @@ class Kernel:
         if not proc.alive:
             raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Signal", pid=pid)
         self.tracer.emit(proc, "Signal", command, "0", dur_ms=0)
+        self.store.put_audit(self.daemon_id, "signal", {"pid": pid, "command": command})
         if command == "term":
             proc.term_requested = True
             proc.resume_event.set()

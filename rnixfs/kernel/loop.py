@@ -88,9 +88,15 @@ class Model:
             self.proc.fds.pop(self.fd, None)
 
     async def fall_back(self, err: SyscallError) -> bool:
-        """Switch to the fallback model, then the fallback provider."""
+        """Switch to the fallback model, then the fallback provider.
+
+        Another model of the same provider helps on an outage (timeout, 429,
+        5xx, broken connection), not on a refused request (other 4xx); another
+        provider helps on both."""
         proc = self.proc
-        if proc.fallback_model and proc.fallback_model != proc.model:
+        status = getattr(err, "status", None)
+        outage = err.code == Code.TIMEOUT or status is None or status == 429 or status >= 500
+        if outage and proc.fallback_model and proc.fallback_model != proc.model:
             old, proc.model, proc.fallback_model = proc.model, proc.fallback_model, None
             self.kernel.tracer.emit(proc, "Fallback", f"model={quote(old or '')} -> {quote(proc.model)}",
                                     f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
@@ -224,12 +230,14 @@ async def _step(kernel, proc: Process, model: Model):
     usage = None
     async with tracer.syscall(proc, "Read", f"FD({model.fd})", device=model.device) as call:
         try:
-            with trio.fail_after(timeout):
+            # step_timeout is a heartbeat: every chunk that arrives renews it
+            with trio.fail_after(timeout) as heartbeat:
                 messages = [{k: v for k, v in m.items() if k != "tool_result"} for m in proc.messages]
                 stream = model.driver.stream_chat(messages, model=proc.model,
                                                   max_tokens=remaining, extra=extra)
                 async with aclosing(stream):  # a cancelled step closes its HTTP stream now
                     async for chunk in stream:
+                        heartbeat.deadline = trio.current_time() + timeout
                         if chunk.text:
                             parts.append(chunk.text)
                         for d in chunk.tool_calls:
@@ -237,11 +245,13 @@ async def _step(kernel, proc: Process, model: Model):
                         if chunk.usage is not None:
                             usage = chunk.usage
         except trio.TooSlowError:
-            raise SyscallError(Code.TIMEOUT, f"step_timeout of {timeout:g}s exceeded") from None
+            raise SyscallError(Code.TIMEOUT, f"no reply for step_timeout of {timeout:g}s") from None
         except LLMTimeout as exc:
             raise SyscallError(Code.TIMEOUT, exc.cause) from None
         except LLMError as exc:
-            raise SyscallError(Code.DRIVER, exc.cause) from None
+            err = SyscallError(Code.DRIVER, exc.cause)
+            err.status = exc.status  # lets the fallback tell a bad request from an outage
+            raise err from None
         text = "".join(parts)
         calls = [deltas[i] for i in sorted(deltas)]
         call.result = f"{len(text.encode())} bytes" + (f", {len(calls)} tool calls" if calls else "")
