@@ -7,6 +7,7 @@ through the mount), so edits made directly on disk show up within a second.
 from __future__ import annotations
 
 import json
+import os
 import logging
 import time
 from pathlib import Path
@@ -116,7 +117,7 @@ class Catalog:
 
 def _encode(value) -> bytes:
     if isinstance(value, str):
-        return value.encode()
+        return os.fsencode(value)  # paths may hold undecodable bytes
     return json.dumps(value, ensure_ascii=False).encode()
 
 

@@ -642,3 +642,36 @@ def _text(buf: bytes, what: str) -> str:
         return buf.decode("utf-8")
     except UnicodeDecodeError:
         raise SyscallError(Code.INVALID, f"{what} is not UTF-8") from None
+
+
+def _guarded(name: str, fn):
+    """pyfuse3 ends its main loop on any exception but FUSEError: one bad
+    request must never unmount everyone, so map what leaks to an errno."""
+    import functools
+
+    @functools.wraps(fn)
+    async def handler(*args, **kwargs):
+        try:
+            return await fn(*args, **kwargs)
+        except (pyfuse3.FUSEError, trio.Cancelled):
+            raise
+        except SyscallError as exc:
+            raise fuse_error(exc) from None
+        except OSError as exc:
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+        except RecursionError:
+            log.warning("%s: input nested too deeply", name)
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            log.exception("%s failed; answering EIO", name)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return handler
+
+
+for _name, _fn in list(vars(Operations).items()):
+    if not _name.startswith("_") and callable(_fn) and getattr(_fn, "__code__", None) is not None \
+            and _fn.__code__.co_flags & 0x80:  # CO_COROUTINE: the FUSE handlers
+        setattr(Operations, _name, _guarded(_name, _fn))

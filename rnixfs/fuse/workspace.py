@@ -54,14 +54,21 @@ class WorkspaceFS:
         a.st_atime_ns, a.st_ctime_ns = st.st_atime_ns, st.st_ctime_ns
         return a
 
+    def _inside(self, rel: str) -> str | None:
+        """Where a link leads, or None when outside, dangling or looping."""
+        try:
+            return self.ws.link_target(rel)
+        except FsError:
+            return None
+
     def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
         rel = self.rel(inode)
         try:
             st = self.ws.lstat(rel)
-            if stat.S_ISLNK(st.st_mode) and self.ws.link_target(rel) is None:
-                raise pyfuse3.FUSEError(errno.EACCES)  # leads outside: not shown
         except FsError as exc:
             raise _fuse(exc) from None
+        if stat.S_ISLNK(st.st_mode) and self._inside(rel) is None:
+            raise pyfuse3.FUSEError(errno.EACCES)  # leads outside (or nowhere): not shown
         return self._from_stat(inode, st)
 
     def lookup(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
@@ -76,15 +83,15 @@ class WorkspaceFS:
         for i in range(start_id, len(entries)):
             name, st = entries[i]
             crel = posixpath.join(rel, name) if rel else name
-            if stat.S_ISLNK(st.st_mode) and self.ws.link_target(crel) is None:
-                continue  # links leading outside are not listed
+            if stat.S_ISLNK(st.st_mode) and self._inside(crel) is None:
+                continue  # links leading outside (or nowhere) are not listed
             attr = self._from_stat(self.ino_for(crel), st)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 return
 
     def readlink(self, inode: int) -> bytes:
         rel = self.rel(inode)
-        target = self.ws.link_target(rel)
+        target = self._inside(rel)
         if target is None:
             raise pyfuse3.FUSEError(errno.EACCES)
         here = posixpath.dirname(rel)
@@ -117,7 +124,7 @@ class WorkspaceFS:
         rel = self.child(self.rel(parent), name)
         try:
             self.ws.symlink(os.fsdecode(target), rel)
-            if self.ws.link_target(rel) is None:
+            if self._inside(rel) is None:
                 self.ws.unlink(rel)
                 raise pyfuse3.FUSEError(errno.EACCES)  # would lead outside
         except FsError as exc:

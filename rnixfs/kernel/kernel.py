@@ -6,6 +6,7 @@ A service with ``run()``: it owns the nursery in which processes run.
 from __future__ import annotations
 
 import bisect
+import os
 import collections
 import logging
 import time
@@ -181,7 +182,10 @@ class Kernel:
     def _check_cwd(self, cwd: str | None) -> str:
         if cwd is None:
             return "."
-        target = (self.project / cwd).resolve()
+        try:
+            target = Path(os.path.realpath(self.project / cwd))  # never raises on loops
+        except (OSError, ValueError):
+            raise SyscallError(Code.INVALID, f"cwd {cwd!r} cannot be resolved", syscall="Spawn") from None
         if target != self.project and self.project not in target.parents:
             raise SyscallError(Code.PERMISSION, f"cwd {cwd!r} is outside the project", syscall="Spawn")
         if not target.is_dir():

@@ -66,6 +66,8 @@ def framing(data: bytes, last_write: int) -> str:
         except json.JSONDecodeError as exc:
             if exc.msg.startswith("Unterminated string") or exc.pos >= len(stripped):
                 return "more"
+        except RecursionError:
+            pass  # parse() says why
         return "now"
     if full_buffers and not text.endswith("\n"):
         return "more"
@@ -114,6 +116,8 @@ def parse(data: bytes) -> SpawnRequest:
             obj = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise invalid(f"bad JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        except RecursionError:
+            raise invalid("bad JSON: nested too deeply") from None
         if not isinstance(obj, dict):
             raise invalid("a JSON request must be an object")
         if "intent" not in obj:
@@ -130,7 +134,7 @@ def _yaml_mapping(text: str) -> dict | None:
         return None
     try:
         obj = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
 

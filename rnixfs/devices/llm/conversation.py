@@ -68,6 +68,8 @@ class Conversation:
             obj = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise self._invalid(f"bad JSON: {exc.msg} at column {exc.colno}") from None
+        except RecursionError:
+            raise self._invalid("bad JSON: nested too deeply") from None
         if not isinstance(obj, dict):
             raise self._invalid("a JSON message must be an object")
         if "messages" in obj:
