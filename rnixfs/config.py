@@ -103,6 +103,15 @@ class ProvidersConfig:
     default: str
     providers: dict[str, ProviderConfig]
     path: Path | None = None
+    # Environment variables providers.yaml reads (keys): never handed to the
+    # commands agents run, so a prompt-injected agent cannot print them.
+    secret_env: frozenset = frozenset()
+
+    def child_env(self, base: dict | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        for name in self.secret_env:
+            env.pop(name, None)
+        return env
 
     def describe(self) -> dict:
         return {"default": self.default,
@@ -235,9 +244,11 @@ def parse_providers(text: str, path: Path | None = None) -> ProvidersConfig:
     except yaml.YAMLError as e:
         raise ConfigError(f"{label}: {_yaml_reason(e)}") from None
     try:
-        return _build(data, path)
+        cfg = _build(data, path)
     except ValueError as e:
         raise ConfigError(f"{label}: {e}") from None
+    cfg.secret_env = frozenset(_ENV_RE.findall(text))
+    return cfg
 
 
 def _build(data, path: Path | None) -> ProvidersConfig:

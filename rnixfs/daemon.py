@@ -91,8 +91,10 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.kernel.run)
                 workspace = Workspace(cfg.project)
-                self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint))
-                shell_env = {**os.environ, "RNIX_MOUNT": str(cfg.mountpoint)}
+                child_env = providers_cfg.child_env()  # no provider keys for agents' commands
+                self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
+                                          env=child_env)
+                shell_env = {**child_env, "RNIX_MOUNT": str(cfg.mountpoint)}
 
                 def shell_session():
                     return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,

@@ -59,7 +59,7 @@ def test_tree_and_modes(tmp_path, scripted_server):
         return proc, new, scripted, missing, zero, xattr
 
     proc, new, scripted, missing, zero, xattr = with_ops(tmp_path, scripted_server.url, body)
-    assert stat.S_ISDIR(proc.st_mode) and stat.S_IMODE(new.st_mode) == 0o666
+    assert stat.S_ISDIR(proc.st_mode) and stat.S_IMODE(new.st_mode) == 0o600
     assert stat.S_ISREG(scripted.st_mode)
     assert missing == zero == errno.ENOENT
     assert xattr == {"pid": 1}

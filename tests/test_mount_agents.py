@@ -208,3 +208,54 @@ def test_embedded_model_runs_the_tool_loop(mount_factory):
     assert st["provider"] == "local" and st["tokens"]["in"] > 0 and st["tokens"]["out"] > 0
     trace = open(m.p(f"proc/{pid}/trace")).read()
     assert 'Open("/dev/llm/local", O_RDWR) = FD(3)' in trace and "Read(FD(3)) = " in trace
+
+
+def test_provider_keys_never_reach_agent_commands(mount_factory, scripted_server, monkeypatch):
+    from tests.mountutil import scripted_providers
+
+    monkeypatch.setenv("RNIXFS_TEST_KEY", "sk-do-not-leak-4242")
+    m = mount_factory(scripted_providers(scripted_server.url, api_key="${RNIXFS_TEST_KEY}"))
+    mark = "ENV-PROBE"
+    scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {"command": "env"}, "e")]})
+    scripted_server.enqueue({"match": mark, "content": "done"})
+    pid = m.spawn(mark)
+    assert m.wait(pid).startswith("exited(0)")
+    context = open(m.p(f"proc/{pid}/context")).read()
+    assert "RNIX_PID=" in context and "sk-do-not-leak-4242" not in context
+    res = run(m, 'exec 3<>"$M/dev/shell"; echo env >&3; cat <&3')
+    assert "RNIX_MOUNT=" in res.stdout and "sk-do-not-leak-4242" not in res.stdout
+
+
+def test_edit_refuses_a_file_too_large_to_rewrite(mnt, scripted_server):
+    from rnixfs.kernel.tools import EDIT_CAP
+
+    big = mnt.project / "big.txt"
+    big.write_bytes(b"x" * EDIT_CAP + b"needle\n")
+    mark = "BIG-EDIT"
+    scripted_server.enqueue({"match": mark, "tool_calls": [
+        call("Edit", {"path": "big.txt", "old_string": "x", "new_string": "y"}, "e")]})
+    scripted_server.enqueue({"match": mark, "content": "ok"})
+    pid = mnt.spawn(mark)
+    assert mnt.wait(pid).startswith("exited(0)")
+    assert big.stat().st_size == EDIT_CAP + 7 and big.read_bytes().endswith(b"needle\n")
+    ctx = open(mnt.p(f"proc/{pid}/context")).read()
+    assert "too large to edit" in ctx
+
+
+def test_a_child_never_holds_a_tool_its_parent_lacks(mnt, scripted_server):
+    skill = mnt.project / ".rnix/skills/spawner"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: spawner\ndescription: d\nallowed-tools: Read Spawn\n---\nx\n")
+    marker = mnt.project / "escaped"
+    mark = "SPAWN-ESCAPE"
+    scripted_server.enqueue({"match": mark, "tool_calls": [call("Spawn", {"intent": "CHILD-RUNS-BASH"}, "s")]})
+    # matches the child's own user message only (the parent's copy is inside tool-call JSON)
+    scripted_server.enqueue({"match": '"content": "CHILD-RUNS-BASH"',
+                             "tool_calls": [call("Bash", {"command": f"touch {marker}"}, "b")]})
+    pid = wait_for(lambda: _spawn(mnt, json.dumps({"intent": mark, "skills": ["spawner"]})), 10, what="spawn")
+    assert mnt.wait(pid).startswith("exited(0)")
+    child = next(int(c) for c in os.listdir(mnt.p("proc")) if c.isdigit()
+                 and mnt.status(int(c))["intent"] == "CHILD-RUNS-BASH")
+    assert mnt.wait(child).startswith("exited(0)")
+    assert mnt.status(child)["allowed_tools"] == ["Read", "Spawn"] and not marker.exists()
+    assert "-1 [PERMISSION]" in open(mnt.p(f"proc/{child}/trace")).read()

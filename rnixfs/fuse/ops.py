@@ -38,6 +38,9 @@ LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
 WRITABLE = {I.K["ctl"], I.K["context"]}
 SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"]}
 CTL_HELP = b"term kill killtree pause resume reap\n"
+# proc/new, dev/llm/*, dev/shell run things as the daemon's user: only that
+# user may open them (default_permissions enforces it, even with allow_other)
+WRITE_MODE = 0o600
 MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
 TREE_INODES = {"skills": I.SKILLS, "agents": I.AGENTS}
@@ -183,12 +186,12 @@ class Operations(pyfuse3.Operations):
         if kind == "llm":
             if a >= len(self.llm_names):
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            return self._attr(inode, stat.S_IFREG | 0o666)
+            return self._attr(inode, stat.S_IFREG | WRITE_MODE)
         if inode in (I.ROOT, I.PROC, I.DEV, I.DEV_LLM):
             timeout = ENTRY_TIMEOUT if inode == I.PROC else STATIC_TIMEOUT
             return self._attr(inode, stat.S_IFDIR | 0o555, timeout=timeout)
         if inode == I.PROC_NEW or (inode == I.DEV_SHELL and self.shell_session is not None):
-            return self._attr(inode, stat.S_IFREG | 0o666)
+            return self._attr(inode, stat.S_IFREG | WRITE_MODE)
         if inode == I.PROC_SELF:
             return self._self_attr(ctx)
         raise pyfuse3.FUSEError(errno.ENOENT)
@@ -319,7 +322,7 @@ class Operations(pyfuse3.Operations):
 
     def _readdir_proc(self, start_id: int, token) -> None:
         if start_id == 0:
-            if not pyfuse3.readdir_reply(token, b"new", self._attr(I.PROC_NEW, stat.S_IFREG | 0o666), 1):
+            if not pyfuse3.readdir_reply(token, b"new", self._attr(I.PROC_NEW, stat.S_IFREG | WRITE_MODE), 1):
                 return
             start_id = 1
         pids = self.kernel.pids()

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SIGNALS = ("term", "kill", "killtree", "pause", "resume", "reap")
 PID_BLOCK = 64
+NO_TOOLS = "(none)"  # an allowed_tools entry no tool has: empty would mean unrestricted
 
 
 def bare_plan(req: SpawnRequest, *, default_provider: str, driver_models, cwd) -> SpawnPlan:
@@ -139,8 +140,13 @@ class Kernel:
     async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
         """Validate everything first, so a bad request spawns nothing."""
         plan, driver, cwd = self.check(req)
-        if ppid and ppid not in self.table:
-            ppid = 0
+        parent = self.table.get(ppid) if ppid else None
+        if parent is None or not parent.alive:
+            ppid, parent = 0, None
+        if parent is not None and parent.allowed_tools:
+            # a child never holds a tool its parent lacks (empty = unrestricted)
+            mine = plan.allowed_tools or parent.allowed_tools
+            plan.allowed_tools = sorted(set(mine) & set(parent.allowed_tools)) or [NO_TOOLS]
         if self._nursery is None:
             raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
         pid = await self._next_pid()

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 RESULT_CAP = 16 * 1024  # bytes of one tool result the model sees
 READ_CAP = 256 * 1024  # bytes a Read takes from a file before it truncates
+EDIT_CAP = 16 * 1024 * 1024  # an Edit never writes back a cut file
 BASH_TIMEOUT = 120.0
 BASH_TIMEOUT_MAX = 3600.0
 
@@ -95,11 +96,12 @@ def _arg(args: dict, key: str, kind=str, required: bool = True):
 class Tools:
     """Runs tool calls for processes of one kernel."""
 
-    def __init__(self, kernel, workspace, shell, *, mount: str = ""):
+    def __init__(self, kernel, workspace, shell, *, mount: str = "", env: dict | None = None):
         self.kernel = kernel
         self.ws = workspace
         self.shell = shell
         self.mount = mount
+        self.env = dict(os.environ if env is None else env)  # without provider keys
 
     async def call(self, proc: Process, name: str, args) -> str:
         tracer = self.kernel.tracer
@@ -191,8 +193,10 @@ class Tools:
         device = f"/dev/fs/{path}"
         try:
             async with self.kernel.tracer.syscall(proc, "Read", f"FD({fd})", device=device) as c:
-                data, truncated = await trio.to_thread.run_sync(self.ws.read_file, path, 16 * 1024 * 1024)
+                data, truncated = await trio.to_thread.run_sync(self.ws.read_file, path, EDIT_CAP)
                 c.result = f"{len(data)} bytes"
+            if truncated:
+                raise ToolError(f"{path} is larger than {EDIT_CAP} bytes: too large to edit")
             text = data.decode("utf-8")
             count = text.count(old)
             if count != 1:
@@ -236,7 +240,7 @@ class Tools:
         try:
             async with tracer.syscall(proc, "Write", f"FD({fd}), {quote(command)}", device="/dev/shell") as c:
                 c.result = str(len(command.encode()))
-            env = {**os.environ, **proc.env, "RNIX_PID": str(proc.pid), "RNIX_MOUNT": self.mount}
+            env = {**self.env, **proc.env, "RNIX_PID": str(proc.pid), "RNIX_MOUNT": self.mount}
             cwd = self.kernel.project / await trio.to_thread.run_sync(self.ws.resolve, proc.cwd)
             hosts: list[int] = []
 
