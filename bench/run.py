@@ -2,6 +2,7 @@
 side by side in the same run (so noise on a shared machine cancels).
 
     python bench/run.py [--quick] [--out bench/results.json]
+    python bench/run.py --agents [--quick]   # the agent-loop benchmark, bench/agents.py
 
 1. `cat proc/<pid>/status`: open+read-to-EOF+close, in-process and as a
    `cat` process, vs a same-size file on bench/minimal_fs.py (A/B rounds).
@@ -487,8 +488,15 @@ def table(r: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description="rnixfs benchmarks (see bench/README.md)")
     ap.add_argument("--quick", action="store_true", help="1000 processes for ls, fewer rounds")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
+    ap.add_argument("--out", help="default bench/results.json (bench/results-agents.json with --agents)")
+    ap.add_argument("--agents", action="store_true",
+                    help="run the agent-loop benchmark instead (bench/agents.py; see bench/README.md)")
     args = ap.parse_args()
+    if args.agents:
+        import agents  # bench/agents.py, next to this file
+
+        return agents.main(["--quick"] * args.quick + (["--out", args.out] if args.out else []))
+    args.out = args.out or str(REPO / "bench" / "results.json")
     if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
         print("bench: needs /dev/fuse and fusermount3", file=sys.stderr)
         return 2
