@@ -108,7 +108,7 @@ class Daemon:
                 signalled: list[int] = []
                 unmounted = False
                 try:
-                    nursery.start_soon(_on_signals, signalled)
+                    nursery.start_soon(_on_signals, signalled, ops)
                     log.info("mounted at %s (pid %d)", cfg.mountpoint, os.getpid())
                     on_ready()
                     await fuse_mount.serve()
@@ -127,11 +127,12 @@ class Daemon:
         log.info("stopped")
 
 
-async def _on_signals(signalled: list[int]) -> None:
+async def _on_signals(signalled: list[int], ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("signal %d: unmounting", signum)
             signalled.append(signum)
+            ops.interrupt_all()  # the FUSE loop waits for its handlers
             fuse_mount.terminate()
             return
 

@@ -93,6 +93,7 @@ class Operations(pyfuse3.Operations):
         self._fh = itertools.count(1)
         self.handles: dict[int, Handle] = {}
         self.blocking = trio.Semaphore(max_blocking)
+        self._waits: set[trio.CancelScope] = set()
         self.uid, self.gid = os.getuid(), os.getgid()
         self.mounted_ns = time.time_ns()
 
@@ -377,48 +378,59 @@ class Operations(pyfuse3.Operations):
 
     async def _block_until(self, handle: Handle, ready: Callable[[], bool],
                            changed: Callable[[], trio.Event]) -> None:
-        """Wait in a cancel scope; EINTR as soon as the caller has a signal."""
+        """Wait until ``ready()``; EINTR as soon as the caller has a signal."""
         if ready():
             return
-        try:
-            self.blocking.acquire_nowait()
-        except trio.WouldBlock:
-            raise pyfuse3.FUSEError(errno.EAGAIN) from None
-        try:
+
+        async def until_ready():
             while not ready():
-                with trio.move_on_after(POLL_INTERVAL):
-                    await changed().wait()
-                if not ready() and reader_interrupted(handle.caller):
-                    raise pyfuse3.FUSEError(errno.EINTR)
-        finally:
-            self.blocking.release()
+                await changed().wait()
+            return True
 
-    async def _interruptible(self, handle: Handle, read):
-        """Run a read that may wait; EINTR as soon as the caller has a signal."""
+        await self._interruptible(handle, until_ready)
+
+    async def _interruptible(self, handle: Handle, work):
+        """Run a read that may wait, in a cancel scope watched every
+        POLL_INTERVAL for a signal to the reader (and cancelled by
+        ``interrupt_all`` at shutdown): then it is EINTR."""
         try:
             self.blocking.acquire_nowait()
         except trio.WouldBlock:
             raise pyfuse3.FUSEError(errno.EAGAIN) from None
-        result, interrupted = None, False
+        outcome: dict = {}
+        scope = trio.CancelScope()
+        self._waits.add(scope)
         try:
-            async with trio.open_nursery() as nursery:
-                async def watch():
-                    nonlocal interrupted
-                    while True:
-                        await trio.sleep(POLL_INTERVAL)
-                        if reader_interrupted(handle.caller):
-                            interrupted = True
-                            nursery.cancel_scope.cancel()
-                            return
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    async def watch():
+                        while not reader_interrupted(handle.caller):
+                            await trio.sleep(POLL_INTERVAL)
+                        scope.cancel()
 
-                nursery.start_soon(watch)
-                result = await read()
-                nursery.cancel_scope.cancel()
+                    async def run():
+                        try:
+                            outcome["value"] = await work()
+                        except Exception as exc:  # re-raised below, outside the nursery
+                            outcome["error"] = exc
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(watch)
+                    nursery.start_soon(run)
         finally:
+            self._waits.discard(scope)
             self.blocking.release()
-        if result is None and interrupted:
-            raise pyfuse3.FUSEError(errno.EINTR)
-        return result
+        if "error" in outcome:
+            raise outcome["error"]
+        if "value" in outcome:
+            return outcome["value"]
+        raise pyfuse3.FUSEError(errno.EINTR)
+
+    def interrupt_all(self) -> None:
+        """Shutdown: every waiting read answers EINTR now, so the FUSE loop
+        can end (it waits for its handlers)."""
+        for scope in list(self._waits):
+            scope.cancel()
 
     async def read(self, fh, off, size):
         h = self.handles.get(fh)
