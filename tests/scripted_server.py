@@ -259,6 +259,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
+        # small SSE writes must not wait for the peer's delayed ACK (~40 ms each)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.owner._lock:
             self.owner._conns.add(self.connection)
             self.owner.connections += 1

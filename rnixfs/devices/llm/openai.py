@@ -78,8 +78,12 @@ class OpenAIProvider:
         headers = {"Accept": "text/event-stream", **cfg.headers}
         if cfg.api_key:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
-        timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout)
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout)
+        # Many agents share one client: keep enough idle connections for them
+        # (httpx keeps 20), and let a request wait for a connection as long as
+        # the step allows (step_timeout governs, not the pool).
+        timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout, pool=None)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
         self._url = f"{cfg.base_url}/chat/completions"
         self._secrets = [s for s in (cfg.api_key, *cfg.headers.values()) if s and len(s) >= 4]
 
