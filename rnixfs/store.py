@@ -183,11 +183,8 @@ class Store:
             except queue.Empty:
                 pass
             stop = any(op is _STOP for op, _, _ in batch)
-            try:
-                self._commit(batch)
-            except BaseException as exc:  # keep the daemon informed, never hang it
-                log.exception("store commit failed")
-                self.failed = exc
+            if not self._commit_retrying(batch, stop):
+                return  # given up at shutdown: nothing unsaved is shown
             callbacks = [cb for _, _, cb in batch if cb is not None]
             if callbacks:
                 try:
@@ -196,6 +193,26 @@ class Store:
                     log.debug("commit callbacks dropped", exc_info=True)
             if stop:
                 return
+
+    def _commit_retrying(self, batch: list, stopping: bool) -> bool:
+        """Commit, retrying with backoff (a full disk, a locked file) until it
+        works; only then may readers see the batch. At shutdown, give up after
+        a few tries rather than hang."""
+        delay = 0.05
+        for attempt in range(1, 1_000_000):
+            try:
+                self._commit(batch)
+                self.failed = None
+                return True
+            except Exception as exc:
+                self.failed = exc
+                log.error("store commit failed (attempt %d): %s", attempt, exc)
+                if stopping and attempt >= 5:
+                    log.error("giving up: %d operations not saved", len(batch))
+                    return False
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return False
 
     def _commit(self, batch: list) -> None:
         events = [row for op, row, _ in batch if op == "event"]

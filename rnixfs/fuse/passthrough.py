@@ -202,10 +202,12 @@ class Passthrough:
         self._changed(root)
 
     def rename(self, old_parent: int, old: bytes, new_parent: int, new: bytes, flags: int) -> None:
+        if flags & ~1:  # only RENAME_NOREPLACE; EXCHANGE/WHITEOUT are not done here
+            raise pyfuse3.FUSEError(errno.EINVAL)
         root_a, rel_a = self.where(old_parent)
         root_b, rel_b = self.where(new_parent)
-        if root_a != root_b:
-            raise pyfuse3.FUSEError(errno.EXDEV)
+        if root_a != root_b or (rel_a and not rel_b):
+            raise pyfuse3.FUSEError(errno.EXDEV)  # another tree, or a file becoming a skill
         src_rel, dst_rel = self._child(rel_a, old), self._child(rel_b, new)
         src = self.real(root_a, src_rel)
         if rel_b:

@@ -236,15 +236,19 @@ class Kernel:
         for child in proc.children:
             if child in self.table:
                 self.table[child].ppid = 0
+                self.checkpoint(self.table[child])
+        proc.children.clear()  # reparented: they are no longer this process's
         self.tracer.emit(proc, "Exit", str(code), "?", dur_ms=0, error=error)
         # Zombie only once the exit record is durable: a reader that sees the
         # zombie can trust the store has it.
-        proc.move_to(State.ZOMBIE)
         proc.paused = False
+        record = proc.status()
+        record["state"] = State.ZOMBIE.value
         done = trio.Event()
-        self.store.put_process(proc.status(), proc.result, on_commit=done.set)
+        self.store.put_process(record, proc.result, on_commit=done.set)
         with trio.CancelScope(shield=True):
             await done.wait()
+        proc.move_to(State.ZOMBIE)
         proc.exited_event.set()
         proc.trace_event.set()
         self._zombies.append((time.monotonic() + self.linger, proc.pid))

@@ -205,6 +205,7 @@ async def _step_with_fallback(kernel, proc: Process, model: Model):
         except SyscallError as err:
             if err.code not in (Code.DRIVER, Code.TIMEOUT) or not await model.fall_back(err):
                 raise
+            proc.steps -= 1  # the step is retried on the fallback, not counted twice
 
 
 async def _step(kernel, proc: Process, model: Model):
