@@ -170,3 +170,20 @@ def test_parallel_skill_creation(mnt):
     names = set(os.listdir(mnt.p("skills")))
     assert {f"p{i}" for i in range(1, 11)} <= names
     assert all(xattrs(mnt.p(f"skills/p{i}"))["user.rnix.valid"] == "true" for i in range(1, 11))
+
+
+def test_a_symlink_swapped_in_below_a_skill_cannot_lead_out(mnt, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("outside secret\n")
+    skill = write_skill(mnt.project / ".rnix/skills", "swapped")
+    (skill / "sub").mkdir()
+    (skill / "sub" / "secret").write_text("inside\n")
+    wait_for(lambda: "swapped" in os.listdir(mnt.p("skills")), 10, what="skill")
+    assert open(mnt.p("skills/swapped/sub/secret")).read() == "inside\n"
+    os.rename(skill / "sub", skill / "old-sub")
+    os.symlink(outside, skill / "sub")
+    res = run(mnt, 'cat "$M/skills/swapped/sub/secret"; echo planted > "$M/skills/swapped/sub/planted"')
+    assert "outside secret" not in res.stdout
+    assert not (outside / "planted").exists()
+    assert res.returncode != 0 and mnt.daemon_alive()

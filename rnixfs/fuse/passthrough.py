@@ -16,6 +16,7 @@ from typing import Protocol
 import pyfuse3
 import trio
 
+from ..devices.fs import FsError, Workspace
 from .inodemap import InodeMap
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Passthrough:
         self._attr = attr  # Operations._attr, to share uid/gid and layout
         # keys are "<root inode>:<relative path>", so one map serves every tree
         self.inodes = InodeMap(PT_BASE)
+        self._ws: dict[Path, Workspace] = {}
 
     # -- inodes ------------------------------------------------------------------
     def owns(self, inode: int) -> bool:
@@ -66,22 +68,38 @@ class Passthrough:
         return int(root), rel
 
     def real(self, root: int, rel: str) -> Path:
-        """The real path of a relative path; ENOENT when its skill is gone."""
+        """The real path of a skill directory; ENOENT when the skill is gone."""
         name, _, rest = rel.partition("/")
         base = self.trees[root][1].locate(name)
         if base is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return base / rest if rest else base
 
+    def confined(self, root: int, rel: str) -> tuple[Workspace, str]:
+        """The skill's directory as a confined device, and the path inside it:
+        a symlink swapped in anywhere below cannot lead out (same walker as
+        dev/fs)."""
+        name, _, rest = rel.partition("/")
+        base = self.real(root, name)
+        ws = self._ws.get(base)
+        if ws is None:
+            try:
+                ws = Workspace(base)
+            except FsError as exc:
+                raise pyfuse3.FUSEError(exc.errno) from None
+            self._ws[base] = ws
+        return ws, rest
+
     # -- attributes ----------------------------------------------------------------
     def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
         root, rel = self.where(inode)
         if not rel:
             return self._attr(inode, stat.S_IFDIR | 0o755, timeout=TIMEOUT)
+        ws, rest = self.confined(root, rel)
         try:
-            st = os.lstat(self.real(root, rel))
-        except OSError as exc:
-            raise _errno(exc) from None
+            st = ws.lstat(rest)
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
         a = self._attr(inode, st.st_mode, size=st.st_size, timeout=TIMEOUT, ns=st.st_mtime_ns)
         a.st_nlink = st.st_nlink
         a.st_uid, a.st_gid = st.st_uid, st.st_gid
@@ -105,10 +123,11 @@ class Passthrough:
     def readdir(self, inode: int, start_id: int, token) -> None:
         root, rel = self.where(inode)
         if rel:
+            ws, rest = self.confined(root, rel)
             try:
-                names = sorted(os.listdir(self.real(root, rel)))
-            except OSError as exc:
-                raise _errno(exc) from None
+                names = sorted(ws.listdir(rest))
+            except FsError as exc:
+                raise pyfuse3.FUSEError(exc.errno) from None
         else:
             names = sorted(self.trees[root][1].names())
         for i in range(start_id, len(names)):
@@ -122,28 +141,28 @@ class Passthrough:
 
     def readlink(self, inode: int) -> bytes:
         root, rel = self.where(inode)
+        ws, rest = self.confined(root, rel)
         try:
-            return os.fsencode(os.readlink(self.real(root, rel)))
-        except OSError as exc:
-            raise _errno(exc) from None
+            return os.fsencode(ws.readlink(rest))
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
 
     def setattr(self, inode: int, attr, fields) -> pyfuse3.EntryAttributes:
         root, rel = self.where(inode)
         if not rel:
             raise pyfuse3.FUSEError(errno.EACCES)
-        path = self.real(root, rel)
+        ws, rest = self.confined(root, rel)
         try:
             if fields.update_size:
-                os.truncate(path, attr.st_size)
+                ws.truncate(rest, attr.st_size)
             if fields.update_mode:
-                os.chmod(path, stat.S_IMODE(attr.st_mode))
+                ws.chmod(rest, stat.S_IMODE(attr.st_mode))
             if fields.update_mtime or fields.update_atime:
-                st = os.lstat(path)
-                atime = attr.st_atime_ns if fields.update_atime else st.st_atime_ns
-                mtime = attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns
-                os.utime(path, ns=(atime, mtime), follow_symlinks=False)
-        except OSError as exc:
-            raise _errno(exc) from None
+                st = ws.stat(rest)
+                ws.utime(rest, ns=(attr.st_atime_ns if fields.update_atime else st.st_atime_ns,
+                                   attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns))
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
         self._changed(root)
         return self.getattr(inode)
 
@@ -152,22 +171,22 @@ class Passthrough:
         root, rel = self.where(inode)
         if not rel:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        flags &= ~(os.O_CREAT | os.O_EXCL)
+        ws, rest = self.confined(root, rel)
         try:
-            return os.open(self.real(root, rel), flags | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise _errno(exc) from None
+            return ws.open(rest, flags & ~(os.O_CREAT | os.O_EXCL))
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
 
     def create(self, parent: int, name: bytes, mode: int, flags: int) -> tuple[int, pyfuse3.EntryAttributes]:
         root, rel = self.where(parent)
         if not rel:
             raise pyfuse3.FUSEError(errno.EACCES)  # top level holds directories only
         child = self._child(rel, name)
+        ws, rest = self.confined(root, child)
         try:
-            fd = os.open(self.real(root, child), flags | os.O_CREAT | os.O_NOFOLLOW,
-                         stat.S_IMODE(mode))
-        except OSError as exc:
-            raise _errno(exc) from None
+            fd = ws.open(rest, flags | os.O_CREAT, stat.S_IMODE(mode))
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
         self._changed(root)
         return fd, self.getattr(self.ino_for(root, child))
 
@@ -177,11 +196,14 @@ class Passthrough:
         tree = self.trees[root][1]
         try:
             if rel:
-                os.mkdir(self.real(root, child), stat.S_IMODE(mode))
+                ws, rest = self.confined(root, child)
+                ws.mkdir(rest, stat.S_IMODE(mode))
             else:
                 if child in tree.names():
                     raise pyfuse3.FUSEError(errno.EEXIST)
                 tree.create(child)
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             raise _errno(exc) from None
         self._changed(root)
@@ -190,12 +212,16 @@ class Passthrough:
     def unlink(self, parent: int, name: bytes, *, directory: bool) -> None:
         root, rel = self.where(parent)
         child = self._child(rel, name)
-        path = self.real(root, child)
         try:
-            if directory:
-                os.rmdir(path)
+            if rel:
+                ws, rest = self.confined(root, child)
+                (ws.rmdir if directory else ws.unlink)(rest)
+            elif directory:
+                os.rmdir(self.real(root, child))  # a whole skill: `rm -r` emptied it first
             else:
-                os.unlink(path)
+                raise pyfuse3.FUSEError(errno.EISDIR)
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             raise _errno(exc) from None
         self._forget_path(root, child)
@@ -209,17 +235,21 @@ class Passthrough:
         if root_a != root_b or (rel_a and not rel_b):
             raise pyfuse3.FUSEError(errno.EXDEV)  # another tree, or a file becoming a skill
         src_rel, dst_rel = self._child(rel_a, old), self._child(rel_b, new)
-        src = self.real(root_a, src_rel)
-        if rel_b:
-            dst = self.real(root_b, dst_rel)
-        else:  # renaming a skill: the new name lives beside the old copy
-            if dst_rel in self.trees[root_b][1].names():
-                raise pyfuse3.FUSEError(errno.EEXIST)
-            dst = src.parent / dst_rel
         try:
-            if flags & 1 and os.path.lexists(dst):  # RENAME_NOREPLACE
-                raise pyfuse3.FUSEError(errno.EEXIST)
-            os.rename(src, dst)
+            if rel_b:  # inside one skill: the confined device renames
+                ws_a, src = self.confined(root_a, src_rel)
+                ws_b, dst = self.confined(root_b, dst_rel)
+                if ws_a is not ws_b:
+                    raise pyfuse3.FUSEError(errno.EXDEV)  # another skill: mv copies
+                ws_a.rename(src, dst, noreplace=bool(flags & 1))
+            else:  # renaming a skill: the new name lives beside the old copy
+                if dst_rel in self.trees[root_b][1].names():
+                    raise pyfuse3.FUSEError(errno.EEXIST)
+                src_path = self.real(root_a, src_rel)
+                self._ws.pop(src_path, None)
+                os.rename(src_path, src_path.parent / dst_rel)
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             raise _errno(exc) from None
         self._forget_path(root_b, dst_rel)
@@ -234,6 +264,9 @@ class Passthrough:
 
     def _changed(self, root: int) -> None:
         self.trees[root][1].changed()
+        for ws in self._ws.values():  # skills may have moved: open their roots anew
+            ws.close()
+        self._ws.clear()
 
     def changed_after_write(self, inode: int) -> None:
         root, _ = self.where(inode)
