@@ -523,10 +523,10 @@ class Operations(pyfuse3.Operations):
         if framing == "now":
             await self._complete(h)
         elif framing == "later":
-            self._check_early(h)
+            await self._check_early(h)
         return len(buf)
 
-    def _check_early(self, h: Handle) -> None:
+    async def _check_early(self, h: Handle) -> None:
         """A YAML request waits for its last line, but what is already wrong
         fails this write (a missing intent may still come)."""
         try:
@@ -538,7 +538,7 @@ class Operations(pyfuse3.Operations):
         if req.intent == bytes(h.pending).decode().strip():
             return  # no "intent" yet: plain text so far
         try:
-            self.kernel.check(req)
+            await trio.to_thread.run_sync(self.kernel.check, req)
         except SyscallError as exc:
             h.pending.clear()
             h.out += f"error: {exc.cause}\n".encode()

@@ -139,7 +139,8 @@ class Kernel:
 
     async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
         """Validate everything first, so a bad request spawns nothing."""
-        plan, driver, cwd = self.check(req)
+        # resolving agents and skills reads the disk: not on the event loop
+        plan, driver, cwd = await trio.to_thread.run_sync(self.check, req)
         parent = self.table.get(ppid) if ppid else None
         if parent is None or not parent.alive:
             ppid, parent = 0, None
