@@ -146,14 +146,41 @@ def test_path_status(env):
     assert statuses == ["not-found", "existed-but-empty", "existed-but-empty", "existed-non-empty"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads everything")
 def test_unreadable_root_status(env):
-    env.roots["pn"].mkdir(parents=True)
-    os.chmod(env.roots["pn"], 0)
+    """Root reads everything, so as root the check runs as `nobody` (setpriv)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0:
+        env.roots["pn"].mkdir(parents=True)
+        os.chmod(env.roots["pn"], 0)
+        try:
+            assert skill_roots(env.project, env.cfg, home=env.home)[0].status.startswith("unreadable")
+        finally:
+            os.chmod(env.roots["pn"], 0o755)
+        return
+    assert shutil.which("setpriv"), "setpriv (util-linux) is needed to drop root"
+    base = Path(tempfile.mkdtemp(prefix="rnixfs-unreadable-"))
     try:
-        assert skill_roots(env.project, env.cfg, home=env.home)[0].status.startswith("unreadable")
+        os.chmod(base, 0o755)
+        project, cfg, home = base / "proj", base / "cfg", base / "home"
+        (project / ".rnix" / "skills").mkdir(parents=True)
+        cfg.mkdir()
+        home.mkdir()
+        os.chmod(project / ".rnix" / "skills", 0)
+        code = ("import sys; from pathlib import Path; from rnixfs.skills import skill_roots; "
+                "print(skill_roots(Path(sys.argv[1]), Path(sys.argv[2]), home=Path(sys.argv[3]))[0].status)")
+        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              sys.executable, "-c", code, str(project), str(cfg), str(home)],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip().startswith("unreadable"), res.stdout
     finally:
-        os.chmod(env.roots["pn"], 0o755)
+        os.chmod(base / "proj" / ".rnix" / "skills", 0o755)
+        shutil.rmtree(base)
 
 
 def test_lenient_warnings_recorded_and_rendered(env):
