@@ -23,7 +23,6 @@ LOCAL_MODEL = "SmolLM2-135M-Instruct"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SUPPORTED = ("openai", "local", "claude-cli", "cursor-cli")
-_LATER: tuple[str, ...] = ()
 CLI_COMMANDS = {"claude-cli": "claude", "cursor-cli": "cursor-agent"}
 
 
@@ -162,8 +161,6 @@ def _provider(name: str, raw) -> ProviderConfig:
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: must be a mapping, got {type(raw).__name__}")
     ptype = raw.get("type")
-    if ptype in _LATER:
-        raise ValueError(f"{where}: type {ptype!r} is not supported yet")
     if ptype not in _SUPPORTED:
         raise ValueError(f"{where}: type must be one of {', '.join(_SUPPORTED)}, got {ptype!r}")
     unknown = sorted(set(map(str, raw)) - _ALLOWED[ptype])

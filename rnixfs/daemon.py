@@ -26,7 +26,7 @@ from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
 from .kernel.tools import Tools
-from .store import Store
+from .store import Store, run_all
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Daemon:
         if recovered:
             log.info("marked %d processes of an earlier daemon as dead", recovered)
         token = trio.lowlevel.current_trio_token()
-        store.dispatch = lambda callbacks: token.run_sync_soon(_run_all, callbacks)
+        store.dispatch = lambda callbacks: token.run_sync_soon(run_all, callbacks)
         store.start()
         self.providers = ProviderRegistry.from_config(providers_cfg, cfg.state_dir)
         catalog = Catalog(cfg.project, cfg.config_dir)
@@ -135,11 +135,6 @@ async def _on_signals(signalled: list[int], ops: Operations) -> None:
             ops.interrupt_all()  # the FUSE loop waits for its handlers
             fuse_mount.terminate()
             return
-
-
-def _run_all(callbacks) -> None:
-    for cb in callbacks:
-        cb()
 
 
 def setup_logging(path: Path | None, level: str = "INFO") -> None:

@@ -81,7 +81,7 @@ class Store:
         self._conn = connect(self.path)
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self.dispatch: Callable[[list[Callable[[], None]]], None] = _run_all
+        self.dispatch: Callable[[list[Callable[[], None]]], None] = run_all
         self.failed: BaseException | None = None
 
     # -- synchronous setup calls (run via trio.to_thread) --------------------
@@ -235,7 +235,7 @@ class Store:
                 )
 
 
-def _run_all(callbacks: Iterable[Callable[[], None]]) -> None:
+def run_all(callbacks: Iterable[Callable[[], None]]) -> None:
     for cb in callbacks:
         cb()
 

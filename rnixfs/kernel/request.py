@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from ..agents.manifest import AgentError
+from ..agents.manifest import parse_duration as manifest_duration
 from .errors import Code, SyscallError
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -22,8 +24,6 @@ OPTIONS = (
     "intent", "agent", "provider", "model", "max_steps", "max_tokens",
     "max_cost", "step_timeout", "skills", "cwd", "env",
 )
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
 
 
 @dataclass
@@ -82,18 +82,12 @@ def invalid(msg: str) -> SyscallError:
 
 
 def parse_duration(value, what: str) -> float:
-    """Seconds from a number or "10m"/"30s"/"1h"/"500ms"; "0" means off."""
-    if isinstance(value, bool):
-        raise invalid(f"{what} must be a duration like 30s or 10m")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise invalid(f"{what} must be a duration like 30s or 10m, got {value!r}")
-    if seconds < 0 or seconds > 7 * 24 * 3600:
-        raise invalid(f"{what} must be between 0 and 7 days")
-    return seconds
+    """Seconds from a number or "10m"/"30s"/"1h"/"500ms"; "0" means off
+    (the same rule as agent.yaml's step_timeout)."""
+    try:
+        return manifest_duration(value, what)
+    except AgentError as exc:
+        raise invalid(str(exc)) from None
 
 
 def parse(data: bytes) -> SpawnRequest:

@@ -260,10 +260,9 @@ class Tools:
         finally:
             await self._close(proc, fd)
         text = res.output.decode("utf-8", "replace")
-        tail = (f"[timed out after {timeout:g}s; the command and its children were killed]\n"
-                if res.timed_out else "")
-        code = res.exit_code if res.signal is None else 128 + res.signal
-        return f"{text}{'' if not text or text.endswith(chr(10)) else chr(10)}{tail}[exit {code}]"
+        noeol = bool(text) and not text.endswith("\n")
+        # the same status trailer a dev/shell user reads: [exit N signal=… timeout …]
+        return text + ("\n" if noeol else "") + res.trailer(noeol=noeol).decode().rstrip("\n")
 
     # -- processes -----------------------------------------------------------------------
     async def _spawn(self, proc: Process, args: dict) -> str:
