@@ -121,6 +121,17 @@ def _encode(value) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode()
 
 
+def confined_new_dir(root: Path, name: str, catalog: Catalog) -> Path:
+    """A new skill or agent directory must stay inside its scope: a `.rnix`
+    symlink leading out of the project must not make mkdir write elsewhere."""
+    base = catalog.project if str(root).startswith(str(catalog.project or "\0")) else catalog.config_dir
+    real_base = os.path.realpath(base)
+    real = os.path.realpath(root / name)
+    if not (real == real_base or real.startswith(real_base.rstrip("/") + "/")):
+        raise OSError(13, f"{root / name} leads outside {base}")
+    return root / name
+
+
 class SkillsTree:
     """skills/<name>/ → the winning copy, valid or not (a bad SKILL.md is kept)."""
 
@@ -139,7 +150,7 @@ class SkillsTree:
         if problems:
             raise OSError(22, problems[0])
         root = write_scope(self.catalog.project, self.catalog.config_dir, "skills").path
-        path = Path(root) / name
+        path = confined_new_dir(Path(root), name, self.catalog)
         path.mkdir(parents=True)
         self.catalog.changed()
         return path
@@ -180,7 +191,7 @@ class AgentsTree:
         except AgentError as exc:
             raise OSError(22, str(exc)) from None
         root = agent_write_scope(self.catalog.project, self.catalog.config_dir).path
-        path = Path(root) / name
+        path = confined_new_dir(Path(root), name, self.catalog)
         path.mkdir(parents=True)
         self.catalog.changed()
         return path

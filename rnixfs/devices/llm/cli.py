@@ -5,9 +5,12 @@ Protocol (what both CLIs document for headless use): the command runs as
 conversation, rendered as text, on standard input; it prints one JSON object
 ``{"type": "result", "is_error": false, "result": "...", "usage":
 {"input_tokens": N, "output_tokens": M}}`` (usage optional) and exits 0.
-The reply arrives whole, so it is one chunk. The CLI's own tools are not
-used: rnixfs asks for its tools through the schema prompt (tool_mode
-"schema", the default for these drivers).
+The reply arrives whole, so it is one chunk. rnixfs asks for its own tools
+through the schema prompt (tool_mode "schema", the default for these
+drivers), but the CLI's built-in tools are governed by the CLI's own
+permission settings, not by allowed_tools: restrict them with ``args`` in
+providers.yaml (e.g. claude's --disallowedTools). On cancel the CLI's whole
+process group is killed.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 from typing import AsyncIterator
 
 import trio
@@ -40,6 +44,14 @@ def render(messages: list[dict]) -> str:
         else:
             parts.append(f"[{role}]\n{content}")
     return "\n\n".join(parts) + "\n"
+
+
+async def _kill_group(process) -> None:
+    """On cancel (kill, step timeout) the CLI's own children die with it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 class CLIProvider:
@@ -71,7 +83,7 @@ class CLIProvider:
             with trio.fail_after(self.cfg.timeout):
                 done = await trio.run_process(
                     argv, stdin=prompt, capture_stdout=True, capture_stderr=True, check=False,
-                    env={**os.environ}, start_new_session=True)
+                    env={**os.environ}, start_new_session=True, deliver_cancel=_kill_group)
         except trio.TooSlowError:
             raise LLMTimeout(f"{self.cfg.command} gave no answer within {self.cfg.timeout:g}s") from None
         except OSError as exc:

@@ -36,6 +36,7 @@ class Conversation:
         self.error: SyscallError | None = None
         self.changed = trio.Event()
         self._scope: trio.CancelScope | None = None
+        self.closed = False
 
     def _invalid(self, msg: str) -> SyscallError:
         return SyscallError(Code.INVALID, msg, syscall="Write", device=self.device)
@@ -94,6 +95,8 @@ class Conversation:
         parts: list[str] = []
         with trio.CancelScope() as scope:
             self._scope = scope
+            if self.closed:  # the handle went away before the stream started
+                scope.cancel()
             try:
                 stream = self.provider.stream_chat(
                     list(self.messages), model=model, max_tokens=max_tokens, extra=options or None)
@@ -140,5 +143,6 @@ class Conversation:
         return b""
 
     def close(self) -> None:
+        self.closed = True
         if self._scope is not None:
             self._scope.cancel()
