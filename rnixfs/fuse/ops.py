@@ -625,7 +625,10 @@ class Operations(pyfuse3.Operations):
         pass
 
     async def forget(self, inode_list):
-        pass  # inode numbers are computed, nothing to free
+        # proc/ and dev/ numbers are computed; real files' numbers are counted
+        for inode, count in inode_list:
+            if (real := self._real(inode)) is not None:
+                real.forget(inode, count)
 
     # -- xattrs and statfs --------------------------------------------------------------
     async def getxattr(self, inode, name, ctx):

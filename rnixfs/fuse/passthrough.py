@@ -111,7 +111,22 @@ class Passthrough:
         child = self._child(rel, name)
         if not rel and child not in self.trees[root][1].names():
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self.getattr(self.ino_for(root, child))
+        return self.entry(root, child)
+
+    def entry(self, root: int, rel: str) -> pyfuse3.EntryAttributes:
+        """Attributes of a name the kernel will hold: numbered only if it exists."""
+        key = f"{root}:{rel}"
+        fresh = self.ino_for(root, rel)
+        try:
+            attr = self.getattr(fresh)
+        except pyfuse3.FUSEError:
+            self.inodes.forget(fresh, 0)  # drop the number if nobody holds it
+            raise
+        self.inodes.ref(self.inodes.ino(key))
+        return attr
+
+    def forget(self, inode: int, count: int) -> None:
+        self.inodes.forget(inode, count)
 
     @staticmethod
     def _child(rel: str, name: bytes) -> str:
@@ -132,12 +147,14 @@ class Passthrough:
             names = sorted(self.trees[root][1].names())
         for i in range(start_id, len(names)):
             child = f"{rel}/{names[i]}" if rel else names[i]
+            ino = self.ino_for(root, child)
             try:
-                attr = self.getattr(self.ino_for(root, child))
+                attr = self.getattr(ino)
             except pyfuse3.FUSEError:
                 continue  # vanished meanwhile
             if not pyfuse3.readdir_reply(token, os.fsencode(names[i]), attr, i + 1):
                 return
+            self.inodes.ref(ino)  # readdirplus: the kernel now holds the entry
 
     def readlink(self, inode: int) -> bytes:
         root, rel = self.where(inode)
@@ -188,7 +205,7 @@ class Passthrough:
         except FsError as exc:
             raise pyfuse3.FUSEError(exc.errno) from None
         self._changed(root)
-        return fd, self.getattr(self.ino_for(root, child))
+        return fd, self.entry(root, child)
 
     def mkdir(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
         root, rel = self.where(parent)
@@ -207,7 +224,7 @@ class Passthrough:
         except OSError as exc:
             raise _errno(exc) from None
         self._changed(root)
-        return self.getattr(self.ino_for(root, child))
+        return self.entry(root, child)
 
     def unlink(self, parent: int, name: bytes, *, directory: bool) -> None:
         root, rel = self.where(parent)

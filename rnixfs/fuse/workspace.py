@@ -61,18 +61,28 @@ class WorkspaceFS:
         except FsError:
             return None
 
-    def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
-        rel = self.rel(inode)
+    def _lstat(self, rel: str) -> os.stat_result:
         try:
             st = self.ws.lstat(rel)
         except FsError as exc:
             raise _fuse(exc) from None
         if stat.S_ISLNK(st.st_mode) and self._inside(rel) is None:
             raise pyfuse3.FUSEError(errno.EACCES)  # leads outside (or nowhere): not shown
-        return self._from_stat(inode, st)
+        return st
+
+    def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
+        return self._from_stat(inode, self._lstat(self.rel(inode)))
+
+    def entry(self, rel: str) -> pyfuse3.EntryAttributes:
+        """Attributes of a name the kernel will hold: numbered only if it exists."""
+        st = self._lstat(rel)
+        return self._from_stat(self.inodes.lookup(rel), st)
 
     def lookup(self, parent: int, name: bytes) -> pyfuse3.EntryAttributes:
-        return self.getattr(self.ino_for(self.child(self.rel(parent), name)))
+        return self.entry(self.child(self.rel(parent), name))
+
+    def forget(self, inode: int, count: int) -> None:
+        self.inodes.forget(inode, count)
 
     def readdir(self, inode: int, start_id: int, token) -> None:
         rel = self.rel(inode)
@@ -85,9 +95,10 @@ class WorkspaceFS:
             crel = posixpath.join(rel, name) if rel else name
             if stat.S_ISLNK(st.st_mode) and self._inside(crel) is None:
                 continue  # links leading outside (or nowhere) are not listed
-            attr = self._from_stat(self.ino_for(crel), st)
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
+            ino = self.ino_for(crel)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), self._from_stat(ino, st), i + 1):
                 return
+            self.inodes.ref(ino)  # readdirplus: the kernel now holds the entry
 
     def readlink(self, inode: int) -> bytes:
         rel = self.rel(inode)
@@ -109,8 +120,7 @@ class WorkspaceFS:
             fd = self.ws.open(rel, flags | os.O_CREAT, stat.S_IMODE(mode))
         except FsError as exc:
             raise _fuse(exc) from None
-        inode = self.ino_for(rel)
-        return fd, self.getattr(inode)
+        return fd, self.entry(rel)
 
     def mkdir(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
         rel = self.child(self.rel(parent), name)
@@ -118,7 +128,7 @@ class WorkspaceFS:
             self.ws.mkdir(rel, stat.S_IMODE(mode))
         except FsError as exc:
             raise _fuse(exc) from None
-        return self.getattr(self.ino_for(rel))
+        return self.entry(rel)
 
     def symlink(self, parent: int, name: bytes, target: bytes) -> pyfuse3.EntryAttributes:
         rel = self.child(self.rel(parent), name)
@@ -129,7 +139,7 @@ class WorkspaceFS:
                 raise pyfuse3.FUSEError(errno.EACCES)  # would lead outside
         except FsError as exc:
             raise _fuse(exc) from None
-        return self.getattr(self.ino_for(rel))
+        return self.entry(rel)
 
     def unlink(self, parent: int, name: bytes, *, directory: bool) -> None:
         rel = self.child(self.rel(parent), name)
