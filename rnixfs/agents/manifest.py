@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from ..fileio import NotRegularFile, read_regular
 
 AGENT_FILE = "agent.yaml"
 INSTRUCTIONS_FILE = "instructions.md"
@@ -300,27 +301,17 @@ def _read_capped(path: Path, cap: int, what: str, confine: str | None) -> str:
     if confine is not None and not _within(os.path.realpath(path), confine):
         raise AgentError(f"{what} is a symlink that leaves the project")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data, size = read_regular(path, cap)
     except FileNotFoundError:
         raise AgentError(f"missing {what}") from None
+    except NotRegularFile:
+        raise AgentError(f"{what} is not a regular file") from None
     except OSError as exc:
         raise AgentError(f"cannot read {what}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise AgentError(f"{what} is not a regular file")
-        if st.st_size > cap:
-            raise AgentError(f"{what} is {st.st_size} bytes; the cap is {cap}")
-        data = b""
-        while len(data) <= cap:
-            chunk = os.read(fd, min(1 << 16, cap + 1 - len(data)))
-            if not chunk:
-                break
-            data += chunk
-        if len(data) > cap:
-            raise AgentError(f"{what} is more than {cap} bytes")
-    finally:
-        os.close(fd)
+    if size > cap:
+        raise AgentError(f"{what} is {size} bytes; the cap is {cap}")
+    if len(data) > cap:
+        raise AgentError(f"{what} is more than {cap} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

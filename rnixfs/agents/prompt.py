@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..fileio import read_regular
 from ..skills.model import Skill, SkillNotFound
 from ..skills.tools import union_tools
 from .manifest import AgentManifest
@@ -62,23 +63,9 @@ def project_doc(cwd: Path, project_root: Path, budget: int = PROJECT_DOC_BUDGET)
 
 def _read_doc(path: str, budget: int) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data, _ = read_regular(path, budget, head=True)  # over budget: truncated below
     except OSError:
         return None
-    try:
-        import stat
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = b""
-        while len(data) <= budget:
-            chunk = os.read(fd, min(1 << 16, budget + 1 - len(data)))
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     if len(data) <= budget:
         return data.decode("utf-8", errors="replace")
     cut = data[:budget]

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..fileio import NotRegularFile, read_regular
 from .parse import (
     SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, lenient_check,
     parse_skill_md, read_skill_md,
@@ -168,26 +168,16 @@ class Skill:
         if not is_within(real, base) or real == base:
             raise SkillError(f"resource {rel!r} leaves the skill directory")
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            data, size = read_regular(real, limit)
+        except NotRegularFile:
+            raise SkillError(f"resource {rel!r} is not a regular file") from None
         except OSError as exc:
             raise SkillError(f"resource {rel!r}: {exc.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise SkillError(f"resource {rel!r} is not a regular file")
-            if st.st_size > limit:
-                raise SkillError(f"resource {rel!r} is {st.st_size} bytes; the cap is {limit}")
-            data = b""
-            while len(data) <= limit:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - len(data)))
-                if not chunk:
-                    break
-                data += chunk
-            if len(data) > limit:
-                raise SkillError(f"resource {rel!r} is more than {limit} bytes")
-            return data
-        finally:
-            os.close(fd)
+        if size > limit:
+            raise SkillError(f"resource {rel!r} is {size} bytes; the cap is {limit}")
+        if len(data) > limit:
+            raise SkillError(f"resource {rel!r} is more than {limit} bytes")
+        return data
 
     # --- views ---------------------------------------------------------------------
 
