@@ -33,11 +33,13 @@ def test_agent_reads_greps_edits_and_runs_a_test(mnt, scripted_server):
         ("Grep", {"pattern": "return a", "glob": "*.py"}),
         ("Edit", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
         ("Bash", {"command": "bash test_calc.sh"}),
+        ("Glob", {"pattern": "*.py"}),
+        ("Write", {"path": "NOTES.md", "content": "add() fixed\n"}),
     ]):
         scripted_server.enqueue({"match": mark, "tool_calls": [call(name, args, f"c{i}")]})
     scripted_server.enqueue({"match": mark, "content": "fixed: add now adds"})
     pid = mnt.spawn(mark)
-    assert mnt.wait(pid).startswith("exited(0) steps=5")
+    assert mnt.wait(pid).startswith("exited(0) steps=7")
     assert (mnt.project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
     tools = [json.loads(line) for line in open(mnt.p(f"proc/{pid}/context")) if '"tool"' in line]
     results = [m["content"] for m in tools if m["role"] == "tool"]
@@ -45,11 +47,15 @@ def test_agent_reads_greps_edits_and_runs_a_test(mnt, scripted_server):
     assert results[1] == "calc.py:2:     return a - b"
     assert results[2].startswith("edited calc.py")
     assert results[3] == "PASS\n[exit 0]"
+    assert results[4] == "calc.py"
+    assert results[5] == "wrote 12 bytes to NOTES.md"
+    assert (mnt.project / "NOTES.md").read_text() == "add() fixed\n"
     trace = open(mnt.p(f"proc/{pid}/trace")).read()
     for line in ('Open("/dev/fs/calc.py", O_RDONLY) = FD(4)', "Read(FD(4)) = 32 bytes",
                  'Open("/dev/fs/calc.py", O_RDWR) = FD(4)', "Write(FD(4), 32 bytes) = 32",
                  "Close(FD(4)) = 0", 'Grep("return a", "*.py") = 1 matches',
-                 'Open("/dev/shell", O_RDWR) = FD(4)', "exit=0"):
+                 'Open("/dev/shell", O_RDWR) = FD(4)', "exit=0", 'Glob("*.py") = 1 matches',
+                 'Open("/dev/fs/NOTES.md", O_WRONLY|O_CREAT|O_TRUNC) = FD(4)', "Write(FD(4), 12 bytes) = 12"):
         assert line in trace, line
 
 
