@@ -218,6 +218,7 @@ def _format_status(info: dict) -> str:
         f"project:   {info['project']}",
         f"state:     {info['state_dir']}",
         f"processes: {counts}",
+        *([f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
         "providers:",
     ]
     providers = info.get("providers", {})

@@ -50,6 +50,7 @@ class Daemon:
         self.id = str(uuid6.uuid7())
         self.started = time.time()
         self.kernel: Kernel | None = None
+        self.store: Store | None = None
         self.providers: ProviderRegistry | None = None
 
     def info(self) -> dict:
@@ -66,13 +67,14 @@ class Daemon:
             "linger": self.cfg.linger,
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
+            "store_error": str(self.store.failed) if self.store and self.store.failed else None,
         }
 
     async def run(self, on_ready=lambda: None) -> None:
         cfg = self.cfg
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         providers_cfg = load_providers(cfg.config_dir)
-        store = Store(cfg.state_dir / "rnixfs.db")
+        store = self.store = Store(cfg.state_dir / "rnixfs.db")
         recovered = await trio.to_thread.run_sync(store.recover, self.id)
         if recovered:
             log.info("marked %d processes of an earlier daemon as dead", recovered)
