@@ -7,8 +7,15 @@ from typing import Awaitable, Callable
 
 import trio
 
+from rnixfs.config import parse_providers
+from rnixfs.devices.llm.registry import ProviderRegistry
 from rnixfs.kernel.kernel import Kernel
 from rnixfs.store import Store
+
+
+def registry(providers_yaml: str, log_dir: Path) -> ProviderRegistry:
+    """The daemon's own provider registry, from providers.yaml text."""
+    return ProviderRegistry.from_config(parse_providers(providers_yaml), log_dir)
 
 
 def run_with_kernel(tmp_path: Path, providers_factory, body: Callable[..., Awaitable], *,

@@ -18,7 +18,7 @@ import trio
 from rnixfs.fuse import inodes as I
 from rnixfs.fuse.ops import Operations
 from tests.kernelutil import run_with_kernel
-from tests.test_kernel import Providers
+from tests.test_kernel import providers
 
 ME = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o22)
 GONE = SimpleNamespace(pid=2**22 + 12345, uid=0, gid=0, umask=0o22)  # no such host pid
@@ -30,7 +30,7 @@ def with_ops(tmp_path, url, body, *, max_blocking=16):
                          max_blocking=max_blocking)
         return await body(ops, kernel)
 
-    return run_with_kernel(tmp_path, lambda: Providers(url), inner, with_nursery=True)
+    return run_with_kernel(tmp_path, lambda: providers(url, tmp_path), inner, with_nursery=True)
 
 
 async def fuse_errno(coro) -> int:

@@ -8,38 +8,22 @@ from pathlib import Path
 import pytest
 import trio
 
-from rnixfs.config import parse_providers
-from rnixfs.devices.llm.openai import OpenAIProvider
 from rnixfs.kernel.errors import Code, SyscallError
 from rnixfs.kernel.process import State
 from rnixfs.kernel.request import SpawnRequest, parse
 from rnixfs.store import StoreReader
-from tests.kernelutil import run_with_kernel
+from tests.kernelutil import registry, run_with_kernel
 from tests.mountutil import scripted_providers
 
 
-class Providers:
-    """The registry surface the kernel uses, over real drivers."""
-
-    def __init__(self, url: str):
-        cfg = parse_providers(scripted_providers(url))
-        self.default_name = cfg.default
-        self._p = {"scripted": OpenAIProvider(cfg.providers["scripted"])}
-
-    def get(self, name):
-        return self._p[name]
-
-    def names(self):
-        return list(self._p)
-
-    async def aclose(self):
-        for p in self._p.values():
-            await p.aclose()
+def providers(url: str, log_dir: Path):
+    return registry(scripted_providers(url), log_dir)
 
 
 def run_kernel(tmp_path: Path, url: str, body, *, linger: float = 600.0, daemon_id: str = "d1"):
     """Run ``body(kernel)`` inside a live kernel with a real store."""
-    return run_with_kernel(tmp_path, lambda: Providers(url), body, daemon_id=daemon_id, linger=linger)
+    return run_with_kernel(tmp_path, lambda: providers(url, tmp_path), body, daemon_id=daemon_id,
+                           linger=linger)
 
 
 async def spawn_wait(kernel, text: str, **opts):

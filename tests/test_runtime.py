@@ -8,35 +8,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from rnixfs.config import parse_providers
-from rnixfs.devices.llm.openai import OpenAIProvider
 from rnixfs.kernel.plan import SpawnPlan
 from rnixfs.kernel.request import parse
 from rnixfs.kernel.tools import Tools
-from tests.kernelutil import run_with_kernel
+from tests.kernelutil import registry, run_with_kernel
 
 
-class Registry:
-    def __init__(self, url: str, **extra):
-        text = f"""default: main
+PROVIDERS = """default: main
 providers:
   main: {{type: openai, base_url: "{url}", model: m-main, max_retries: 0, retry_initial: 0.01}}
   backup: {{type: openai, base_url: "{url}", model: m-backup, max_retries: 0, retry_initial: 0.01}}
   schema: {{type: openai, base_url: "{url}", model: m-schema, tool_mode: schema, max_retries: 0}}
 """
-        cfg = parse_providers(text)
-        self.default_name = "main"
-        self._p = {n: OpenAIProvider(c) for n, c in cfg.providers.items()}
-
-    def get(self, name):
-        return self._p[name]
-
-    def names(self):
-        return list(self._p)
-
-    async def aclose(self):
-        for p in self._p.values():
-            await p.aclose()
 
 
 def planner_with(**fields):
@@ -52,7 +35,8 @@ def run(tmp_path: Path, url: str, body, **plan_fields):
     def setup(kernel):
         kernel.tools = Tools(kernel, None, None, mount="")
 
-    return run_with_kernel(tmp_path, lambda: Registry(url), body, daemon_id="rt",
+    return run_with_kernel(tmp_path, lambda: registry(PROVIDERS.format(url=url), tmp_path), body,
+                           daemon_id="rt",
                            planner=planner_with(**plan_fields), setup=setup)
 
 

@@ -116,16 +116,14 @@ class Kernel:
         return proc.system_prompt or DEFAULT_SYSTEM_PROMPT
 
     def price(self, proc: Process, usage) -> float:
-        price = getattr(self.providers, "price", None)
-        return price(proc.provider, proc.model, usage) if price else 0.0
+        return self.providers.price(proc.provider, proc.model, usage)
 
     # -- spawn ---------------------------------------------------------------------
     def check(self, req: SpawnRequest) -> tuple[SpawnPlan, object, str]:
         """Validate a request against agents, providers, skills and the
         project; returns (plan, driver, cwd). Raises, spawns nothing."""
         cwd = self._check_cwd(req.cwd)
-        names = getattr(self.providers, "names", lambda: [])()
-        drivers = {n: getattr(self.providers.get(n), "default_model", None) for n in names}
+        drivers = {n: self.providers.get(n).default_model for n in self.providers.names()}
         plan = self.planner(req, default_provider=self.providers.default_name,
                             driver_models=drivers, cwd=self.project / cwd)
         provider = plan.provider or self.providers.default_name
