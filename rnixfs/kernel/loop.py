@@ -182,10 +182,10 @@ def compact(kernel, proc: Process, budget: int) -> None:
     size = context_size(proc.messages)
     if size <= budget:
         return
-    for msg in proc.messages[1:-1]:
+    for i, msg in enumerate(proc.messages[:-1]):
         if size <= budget:
             break
-        if msg.get("role") == "tool" or msg.get("tool_result"):
+        if msg.get("role") == "tool" or i in proc.tool_results:
             content = msg.get("content") or ""
             if content.startswith("[compacted") or len(content) < 200:
                 continue  # already small: a note would not save anything
@@ -233,8 +233,7 @@ async def _step(kernel, proc: Process, model: Model):
         try:
             # step_timeout is a heartbeat: every chunk that arrives renews it
             with trio.fail_after(timeout) as heartbeat:
-                messages = [{k: v for k, v in m.items() if k != "tool_result"} for m in proc.messages]
-                stream = model.driver.stream_chat(messages, model=proc.model,
+                stream = model.driver.stream_chat(proc.messages, model=proc.model,
                                                   max_tokens=remaining, extra=extra)
                 async with aclosing(stream):  # a cancelled step closes its HTTP stream now
                     async for chunk in stream:
@@ -328,7 +327,8 @@ async def _run_tool(kernel, proc: Process, model: Model, call: dict) -> None:
     else:
         result = await kernel.tools.call(proc, name, args)
     if call.get("id") == "schema-call":
-        proc.messages.append({"role": "user", "content": f"Result of {name}:\n{result}", "tool_result": True})
+        proc.tool_results.add(len(proc.messages))  # schema mode: a user message, compactable
+        proc.messages.append({"role": "user", "content": f"Result of {name}:\n{result}"})
     else:
         proc.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     kernel.checkpoint(proc)

@@ -72,6 +72,7 @@ class Process:
     children: set[int] = field(default_factory=set)
     fds: dict[int, str] = field(default_factory=dict)
     messages: list[dict] = field(default_factory=list)
+    tool_results: set[int] = field(default_factory=set)  # indices of user-role tool results
     pending_input: list[str] = field(default_factory=list)
     result: str | None = None
 
