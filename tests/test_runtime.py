@@ -197,3 +197,17 @@ def test_step_timeout_is_a_heartbeat(tmp_path, scripted_server):
     alive, silent = run(tmp_path, scripted_server.url, body)
     assert alive.exit_code == 0 and alive.elapsed() > 0.6
     assert silent.exit_code == 124 and "no reply for step_timeout" in silent.error["cause"]
+
+
+def test_schema_mode_tool_results_are_compacted_too(tmp_path, scripted_server):
+    mark = "SCHEMA-MARK"
+    for i, pid in ((1, 2), (2, 3)):
+        scripted_server.enqueue({"match": mark, "content": json.dumps(
+            {"tool": "Spawn", "arguments": {"intent": f"[[tokens:300]] c{i}"}})})
+        scripted_server.enqueue({"match": mark, "content": json.dumps({"tool": "Wait", "arguments": {"pid": pid}})})
+    scripted_server.enqueue({"match": mark, "content": json.dumps({"tool": "answer", "arguments": {"text": "ok"}})})
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, mark, provider="schema", max_steps=10),
+            budget={"context_budget": 1200})
+    assert p.exit_code == 0, p.error
+    results = [m["content"] for i, m in enumerate(p.messages) if i in p.tool_results]
+    assert results[1].startswith("[compacted:") and results[-1].startswith("Result of Wait:\nexited(0)")
