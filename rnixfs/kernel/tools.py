@@ -257,7 +257,8 @@ class Tools:
                     res = await self.shell.run(command, cwd=cwd, env=env, timeout=timeout,
                                                output_limit=RESULT_CAP, on_start=started)
                     status = f"exit={res.exit_code}" if res.signal is None else f"signal={res.signal}"
-                    c.result = f"{len(res.output)} bytes {status}" + (" timeout" if res.timed_out else "")
+                    c.result = f"{len(res.output)} bytes {status}" + (" timeout" if res.timed_out else "") \
+                        + (f" sandbox={res.sandbox}" if getattr(res, "sandbox", "") else "")
             finally:
                 for h in hosts:
                     self.kernel.host_pids.pop(h, None)
