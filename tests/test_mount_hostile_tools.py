@@ -105,3 +105,33 @@ def test_a_process_is_killable_after_and_during_hostile_searches(mnt, scripted_s
         assert time.monotonic() - t0 < 15
     assert probe.failures == [] and probe.worst < 5.0, (probe.worst, probe.failures)
     assert mnt.daemon_alive()
+
+
+def test_commands_cannot_read_the_daemon_environment(mount_factory, scripted_server, monkeypatch):
+    """Agents' Bash and dev/shell: the daemon's environ (its provider keys) is
+    out of reach, and ``rnixfs status`` says which sandbox is in force."""
+    from rnixfs.devices.sandbox import detect
+    from tests.mountutil import rnixfs, scripted_providers
+
+    key = "sk-environ-probe-7788"
+    monkeypatch.setenv("RNIXFS_TEST_KEY", key)
+    m = mount_factory(scripted_providers(scripted_server.url, api_key="${RNIXFS_TEST_KEY}"))
+    with open(f"/proc/{m.daemon_pid}/environ", "rb") as f:     # the secret is there to steal
+        assert key.encode() in f.read()
+    probe = (f"cat /proc/{m.daemon_pid}/environ; cat /proc/{m.daemon_pid}/cmdline;"
+             f" grep -a -l -r {key} /proc/[0-9]*/environ 2>/dev/null; echo probed")
+    mark = "ENVIRON-PROBE"
+    scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {"command": probe}, "e")]})
+    scripted_server.enqueue({"match": mark, "content": "done"})
+    pid = m.spawn(mark)
+    assert m.wait(pid).startswith("exited(0)")
+    result = tool_results(m, pid)[0]
+    assert "probed" in result and key not in result
+    res = sh(f'exec 3<>"{m.p("dev/shell")}"; printf "%s\\n" "$P" >&3; cat <&3',
+             env={**os.environ, "P": probe}, timeout=60)
+    assert "probed" in res.stdout and key not in res.stdout
+    status = rnixfs("status", str(m.path)).stdout
+    mode = detect().mode
+    assert ("sandbox:   bwrap" if mode == "bwrap" else "sandbox:   NONE") in status
+    trace = open(m.p(f"proc/{pid}/trace")).read()
+    assert f"sandbox={mode}" in trace
