@@ -807,6 +807,8 @@ def test_grep_regex_semantics_and_refusals(tmp_path):
         assert ws.grep("ALPHA", ignore_case=True) == [("t.txt", 1, "Alpha beta")]
         assert ws.grep("caf.$") == [("t.txt", 3, "café")]     # a character, not a byte
         assert ws.grep(r"end\Z") == [("t.txt", 4, "end")]      # Python's \Z is accepted
+        assert ws.grep(r"caf\u00e9") == [("t.txt", 3, "café")]  # and \uXXXX
+        assert ws.grep(r"end\\Z") == []                        # a literal backslash, then Z
         for bad in (r"(a)\1", r"foo(?=1)", r"(?<!x)foo", "(", "a{2000}", "x" * 5000):
             with pytest.raises(FsError) as info:
                 ws.grep(bad)

@@ -51,6 +51,16 @@ def _reason(exc: Exception) -> str:
     return str(msg)
 
 
+# Python spellings RE2 lacks, after an even number of backslashes: \uXXXX,
+# \UXXXXXXXX and \Z become \x{…} and \z.
+_PY_ESCAPES = re.compile(r"(?<!\\)((?:\\\\)*)\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|Z)")
+
+
+def _translate(m: re.Match) -> str:
+    esc = m.group(2)
+    return m.group(1) + ("\\z" if esc == "Z" else "\\x{%s}" % esc[1:])
+
+
 _UNSUPPORTED = re.compile(r"\\[1-9]|\(\?[=!]|\(\?<[=!]|\(\?>|\(\?P=|[*+?}][+]")
 
 
@@ -62,9 +72,7 @@ def compile_regex(pattern: str, *, ignore_case: bool = False):
         raise PatternError(f"pattern is {len(pattern)} characters; the cap is {MAX_PATTERN}")
     if "\0" in pattern:
         raise PatternError("NUL character in pattern")
-    text = pattern
-    if text.endswith("\\Z") and not text.endswith("\\\\Z"):
-        text = text[:-2] + "\\z"
+    text = _PY_ESCAPES.sub(_translate, pattern)
     try:
         return re2.compile(text, _options(ignore_case))
     except re2.error as exc:
