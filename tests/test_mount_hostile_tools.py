@@ -135,3 +135,26 @@ def test_commands_cannot_read_the_daemon_environment(mount_factory, scripted_ser
     assert ("sandbox:   bwrap" if mode == "bwrap" else "sandbox:   NONE") in status
     trace = open(m.p(f"proc/{pid}/trace")).read()
     assert f"sandbox={mode}" in trace
+
+
+def test_kill_ends_a_process_in_the_middle_of_a_slow_grep(mnt, scripted_server):
+    """RE2 is linear, but a 3000-state pattern still costs ~100 ms per long
+    line: minutes for this file. The mount answers meanwhile (RE2 releases
+    the GIL) and ``kill`` ends the process at once, abandoning the search."""
+    (mnt.project / "long.txt").write_text(("a" * 3000 + "\n") * 3000)
+    mark = "SLOW-GREP"
+    scripted_server.enqueue({"match": mark, "tool_calls": [
+        call("Grep", {"pattern": "(?:a?){1000}a{1000}b"}, "g")]})
+    scripted_server.enqueue({"match": mark, "content": "the search ended before the kill"})
+    with StatProbe(mnt.path) as probe:
+        pid = mnt.spawn(mark)
+        wait_for(lambda: len(scripted_server.requests) >= 1, 30, what="the first step")
+        time.sleep(2)                                   # the Grep is under way
+        t0 = time.monotonic()
+        res = sh(f'echo kill > "{mnt.p(f"proc/{pid}/ctl")}"', timeout=30)
+        assert res.returncode == 0, res.stderr
+        assert mnt.wait(pid, timeout=30).startswith("exited(137)")
+        assert time.monotonic() - t0 < 10
+        assert len(scripted_server.requests) == 1       # killed during the Grep, not after
+    assert probe.failures == [] and probe.worst < 5.0, (probe.worst, probe.failures)
+    assert mnt.daemon_alive()

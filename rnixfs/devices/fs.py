@@ -811,7 +811,7 @@ class Workspace:
                     continue
                 f.seek(0)
                 for lineno, raw in enumerate(_lines(f, max_line * 4 + 4096), 1):
-                    if stop is not None and lineno % 64 == 0 and stop.check(out, "Grep"):
+                    if stop is not None and lineno % 16 == 0 and stop.check(out, "Grep"):
                         return out
                     budget -= len(raw)
                     line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
