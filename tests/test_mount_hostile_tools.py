@@ -9,6 +9,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +136,27 @@ def test_commands_cannot_read_the_daemon_environment(mount_factory, scripted_ser
     assert ("sandbox:   bwrap" if mode == "bwrap" else "sandbox:   NONE") in status
     trace = open(m.p(f"proc/{pid}/trace")).read()
     assert f"sandbox={mode}" in trace
+
+
+def test_agent_commands_write_only_the_project_in_the_sandbox(mnt, scripted_server):
+    from rnixfs.devices.sandbox import detect
+
+    if not detect().active:
+        pytest.skip("no working bwrap here: commands run unsandboxed (docs/devices.md)")
+    sibling = mnt.project.parent / "outside.txt"        # under /tmp: lands in the private /tmp
+    system = Path("/var/tmp") / f"rnixfs-probe-{os.getpid()}"   # read-only in the sandbox
+    mark = "WRITE-OUTSIDE"
+    scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {"command": (
+        f"echo in > inside.txt; echo out > {sibling}; echo out > {system} || echo refused;"
+        " echo t > /tmp/t && cat /tmp/t;"
+        ' echo kid > "$RNIX_MOUNT/proc/new" && echo spawned')}, "w")]})
+    scripted_server.enqueue({"match": mark, "content": "done"})
+    pid = mnt.spawn(mark)
+    assert mnt.wait(pid).startswith("exited(0)")
+    result = tool_results(mnt, pid)[0]
+    assert "refused" in result and "t\n" in result and "spawned" in result, result
+    assert (mnt.project / "inside.txt").read_text() == "in\n"
+    assert not sibling.exists() and not system.exists() and not os.path.exists("/tmp/t")
 
 
 def test_kill_ends_a_process_in_the_middle_of_a_slow_grep(mnt, scripted_server):
