@@ -113,3 +113,34 @@ def test_policy_off_and_missing_bwrap(monkeypatch):
     assert sandbox.policy_from_env() == "auto"
     monkeypatch.setenv(sandbox.ENV, "REQUIRE")
     assert sandbox.policy_from_env() == "require"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["bwrap"], indirect=True)
+def test_a_sandbox_that_cannot_be_built_is_exit_126(tmp_path, mode):
+    env = {**os.environ, "RNIX_MOUNT": str(tmp_path / "gone")}
+    r = trio.run(lambda: shell.run("echo never", cwd=tmp_path, env=env, timeout=30, output_limit=4096))
+    assert (r.exit_code, r.signal) == (126, None) and b"bwrap" in r.output and b"never" not in r.output
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["bwrap"], indirect=True)
+def test_kill_tree_spares_bwrap_and_the_supervisor_only(tmp_path, mode):
+    import psutil
+
+    found = {}
+
+    async def body():
+        async def started(pid):
+            await trio.sleep(0.5)
+            root = psutil.Process(pid)
+            found["spared"] = {p: psutil.Process(p).name() for p in shell._supervisors(root)}
+            found["all"] = {p.pid: p.name() for p in root.children(recursive=True)}
+        return await shell.run("sleep 2", cwd=tmp_path, env=dict(os.environ), timeout=30,
+                               output_limit=4096, on_start=started)
+
+    r = trio.run(body)
+    assert r.exit_code == 0
+    spared = sorted(found["spared"].values())
+    assert spared[0] == "bwrap" and spared[1].startswith("python") and len(spared) == 2
+    assert "sleep" in found["all"].values() and "bash" in found["all"].values()

@@ -294,11 +294,10 @@ def _supervisors(root: psutil.Process | None) -> frozenset[int]:
                 pass
         for p in nxt:
             try:
-                cmd = p.cmdline()
-                if MARK in cmd:
-                    return frozenset(chain + [p.pid])
-                if p.name() == "bwrap":
+                if p.name() == "bwrap":          # its argv holds the shim's, MARK included
                     chain.append(p.pid)
+                elif MARK in p.cmdline():
+                    return frozenset(chain + [p.pid])
             except psutil.Error:
                 pass
         level = [p for p in nxt if p.pid in chain]
@@ -464,6 +463,10 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
             if timed_out:
                 with trio.move_on_after(1.0):
                     wait_status = await _read_status(status_stream)
+            if box.active:
+                # bwrap's two processes hold the output pipe until the shim exits:
+                # release the shim (the tree is dead) for the output to reach EOF
+                await proc.stdin.aclose()
             with trio.move_on_after(DRAIN):
                 await eof.wait()
             nursery.cancel_scope.cancel()
@@ -491,6 +494,9 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
             with trio.CancelScope(shield=True):
                 await proc.wait()
     if wait_status is None:
+        if box.active and proc.returncode == 1 and not timed_out:
+            # bwrap could not build the sandbox; its reason is in the output
+            return 126, None, timed_out, duration, proc.pid
         return None, _signal.SIGKILL, timed_out, duration, proc.pid
     code = os.waitstatus_to_exitcode(wait_status)
     if code < 0:
