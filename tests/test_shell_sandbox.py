@@ -144,3 +144,14 @@ def test_kill_tree_spares_bwrap_and_the_supervisor_only(tmp_path, mode):
     spared = sorted(found["spared"].values())
     assert spared[0] == "bwrap" and spared[1].startswith("python") and len(spared) == 2
     assert "sleep" in found["all"].values() and "bash" in found["all"].values()
+
+
+def test_protect_daemon_makes_the_process_non_dumpable():
+    import subprocess
+    import sys
+
+    code = ("import ctypes; from rnixfs.devices.sandbox import protect_daemon;"
+            "libc = ctypes.CDLL(None); before = libc.prctl(3, 0, 0, 0, 0);"   # PR_GET_DUMPABLE
+            "ok = protect_daemon(); print(before, ok, libc.prctl(3, 0, 0, 0, 0))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.stdout.split() == ["1", "True", "0"], res.stderr
