@@ -219,6 +219,7 @@ def _format_status(info: dict) -> str:
         f"state:     {info['state_dir']}",
         f"processes: {counts}",
         *([f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
+        *([_sandbox_line(info["sandbox"])] if info.get("sandbox") else []),
         "providers:",
     ]
     providers = info.get("providers", {})
@@ -227,6 +228,13 @@ def _format_status(info: dict) -> str:
         mark = " (default)" if name == providers.get("default") else ""
         lines.append(f"  {name}{mark}: {facts}")
     return "\n".join(lines)
+
+
+def _sandbox_line(box: dict) -> str:
+    """Which command sandbox is in force (docs/devices.md, "The command sandbox")."""
+    if box.get("mode") == "bwrap":
+        return f"sandbox:   bwrap ({box.get('reason', '')})"
+    return f"sandbox:   NONE, commands run unsandboxed: {box.get('reason', '')} (policy {box.get('policy')})"
 
 
 def _duration(seconds: float) -> str:

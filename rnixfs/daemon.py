@@ -19,7 +19,7 @@ import uuid6
 from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
-from .devices import shell
+from .devices import sandbox, shell
 from .devices.fs import Workspace
 from .devices.llm.registry import ProviderRegistry
 from .fuse import mount as fuse_mount
@@ -52,6 +52,7 @@ class Daemon:
         self.kernel: Kernel | None = None
         self.store: Store | None = None
         self.providers: ProviderRegistry | None = None
+        self.sandbox: sandbox.Sandbox | None = None
 
     def info(self) -> dict:
         return {
@@ -68,12 +69,19 @@ class Daemon:
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
+            "sandbox": self.sandbox.describe() if self.sandbox else None,
         }
 
     async def run(self, on_ready=lambda: None) -> None:
         cfg = self.cfg
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         providers_cfg = load_providers(cfg.config_dir)
+        # agents' commands must not read our environment or memory (docs/devices.md)
+        sandbox.protect_daemon()
+        self.sandbox = await trio.to_thread.run_sync(
+            lambda: shell.configure(writable=[cfg.project]))
+        if not self.sandbox.active:
+            log.warning("commands run without a sandbox (%s): %s", self.sandbox.policy, self.sandbox.reason)
         store = self.store = Store(cfg.state_dir / "rnixfs.db")
         recovered = await trio.to_thread.run_sync(store.recover, self.id)
         if recovered:

@@ -783,3 +783,65 @@ def test_race_parent_moved_while_dotdot_is_walked(world):
     # the kernel's own '..' would reach outside/inside.txt (the secret) while b is moved out
     _race(world, swap, [_reader(world, "a/b/c/../../inside.txt", b"inside-a"),
                         _fd_reader(world, "a/b/c/../../inside.txt", b"inside-a")])
+
+
+# -- Grep and Glob match in linear time (docs/devices.md, "Grep and Glob") -----------------
+def test_catastrophic_patterns_finish_fast(tmp_path):
+    (tmp_path / "evil.txt").write_text(("a" * 34 + "c\n") * 2000)
+    (tmp_path / ("a" * 240 + "c")).write_text("x")
+    with Workspace(tmp_path) as ws:
+        t0 = time.monotonic()
+        assert ws.grep("(a*)*b") == []                         # hours under Python's re
+        assert ws.grep("(x+x+)+y|(a|aa)+$b") == []
+        assert ws.glob("*a" * 16 + "*b") == []                 # one name, 16 stars
+        assert ws.glob("**/" + "*a" * 16 + "*b") == []
+        assert ws.glob("*a" * 16 + "*c") == ["a" * 240 + "c"]
+        assert time.monotonic() - t0 < 20
+
+
+def test_grep_regex_semantics_and_refusals(tmp_path):
+    (tmp_path / "t.txt").write_text("Alpha beta\nfoo123\ncafé\nend\n")
+    with Workspace(tmp_path) as ws:
+        assert ws.grep(r"^foo\d+$") == [("t.txt", 2, "foo123")]
+        assert ws.grep(r"(?P<w>b\w+)") == [("t.txt", 1, "Alpha beta")]
+        assert ws.grep("ALPHA", ignore_case=True) == [("t.txt", 1, "Alpha beta")]
+        assert ws.grep("caf.$") == [("t.txt", 3, "café")]     # a character, not a byte
+        assert ws.grep(r"end\Z") == [("t.txt", 4, "end")]      # Python's \Z is accepted
+        assert ws.grep(r"caf\u00e9") == [("t.txt", 3, "café")]  # and \uXXXX
+        assert ws.grep(r"end\\Z") == []                        # a literal backslash, then Z
+        for bad in (r"(a)\1", r"foo(?=1)", r"(?<!x)foo", "(", "a{2000}", "x" * 5000):
+            with pytest.raises(FsError) as info:
+                ws.grep(bad)
+            assert info.value.code is Code.INVALID, bad
+        with pytest.raises(FsError) as info:
+            ws.grep(r"(a)\1")
+        assert "linear time" in info.value.cause
+
+
+def test_glob_semantics_on_odd_names(tmp_path):
+    for name in ("a.py", "b c.py", "x[1].txt", "dash-name", ".hidden", "é.md"):
+        (tmp_path / name).write_text("x")
+    os.close(os.open(os.path.join(os.fsencode(tmp_path), b"raw\xff.py"), os.O_CREAT | os.O_WRONLY))
+    with Workspace(tmp_path) as ws:
+        assert ws.glob("*.py") == ["a.py", "b c.py", os.fsdecode(b"raw\xff.py")]
+        assert ws.glob("x[[]1].txt") == ["x[1].txt"]
+        assert ws.glob("[!a-c]*") == [".hidden", "dash-name", "raw\udcff.py", "x[1].txt", "é.md"]
+        assert ws.glob("?.md") == ["é.md"]
+        assert ws.glob("raw?.py") == ["raw\udcff.py"]
+        assert ws.glob("**/*-*") == ["dash-name"]
+
+
+def test_search_cancel_and_timeout(tmp_path):
+    for i in range(600):
+        (tmp_path / f"f{i:03d}.txt").write_text("needle\n" * 100)
+    with Workspace(tmp_path) as ws:
+        cancel = threading.Event()
+        cancel.set()
+        for fn in (lambda: ws.grep("needle", cancel=cancel), lambda: ws.glob("**", cancel=cancel)):
+            with pytest.raises(FsError) as info:
+                fn()
+            assert info.value.code is Code.INTERRUPTED
+        late = ws.grep("needle", limit=10**6, timeout=1e-9)
+        assert late.truncated and late.timed_out and len(late) < 600 * 100
+        full = ws.grep("needle", limit=10**6, timeout=600)
+        assert len(full) == 600 * 100 and not full.truncated and not full.timed_out

@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from rnixfs.devices import shell
+from rnixfs.devices.sandbox import Sandbox
 from rnixfs.devices.shell import ShellResult, ShellSession, kill_tree
 from rnixfs.kernel.errors import Code, SyscallError
 
@@ -99,12 +100,48 @@ def test_stdin_is_dev_null_and_cwd_env_session(tmp_path):
     assert int(lines[3]) != os.getsid(0)            # its own session
 
 
-def test_on_start_gets_the_supervisor_every_process_descends_from():
+@pytest.fixture
+def unsandboxed():
+    """Commands run without bwrap (host pids are then what the command sees)."""
+    saved = shell._current
+    shell.configure(Sandbox("none", "off", "test"))
+    yield
+    shell._current = saved
+
+
+def test_on_start_gets_the_supervisor_every_process_descends_from(unsandboxed):
     seen = []
     r = go(lambda: sh('echo "$PPID $$"; bash -c \'echo "$PPID"; true\'; true', on_start=seen.append))
     supervisor, bash, inner_parent = (int(x) for x in r.output.split())
     assert seen == [supervisor] == [r.pid]
     assert inner_parent == bash                     # nested: further down, same root
+
+
+def test_on_start_gets_the_root_every_process_descends_from_in_the_sandbox():
+    """In bwrap the command sees namespace pids; on the host, it is below ``on_start``'s pid."""
+    seen, ancestors = [], []
+
+    async def body():
+        async def started(pid):
+            seen.append(pid)
+
+        async with trio.open_nursery() as n:
+            async def probe():
+                while not ancestors:
+                    for p in psutil.Process(os.getpid()).children(recursive=True):
+                        try:
+                            if p.name() == "sleep":
+                                ancestors.extend(a.pid for a in p.parents())
+                        except psutil.Error:
+                            pass
+                    await trio.sleep(0.02)
+            n.start_soon(probe)
+            r = await sh("sleep 1.5; echo $$", on_start=started)
+            n.cancel_scope.cancel()
+        return r
+
+    r = go(body)
+    assert r.exit_code == 0 and seen == [r.pid] and r.pid in ancestors
 
 
 def test_async_on_start():

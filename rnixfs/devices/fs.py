@@ -31,12 +31,16 @@ import os
 import re
 import secrets
 import stat as _stat
+import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from rnixfs.kernel.errors import ERRNO, Code, SyscallError
+
+from . import match
 
 DEVICE = "/dev/fs"
 MAX_SYMLINKS = 40          # Linux's MAXSYMLINKS
@@ -98,9 +102,32 @@ class FsError(SyscallError):
 
 
 class Matches(list):
-    """A list of glob/grep results; ``truncated`` says a limit cut it short."""
+    """A list of glob/grep results; ``truncated`` says a limit cut it short
+    (``timed_out``: the ``timeout`` was that limit)."""
 
     truncated: bool = False
+    timed_out: bool = False
+
+
+class Stop:
+    """When a running glob/grep gives up: ``cancel`` (a threading.Event) set
+    from another thread (the caller was killed), or ``timeout`` seconds after
+    the start. Checked between entries and between lines, so a search ends
+    within one line's linear-time match of either."""
+
+    def __init__(self, cancel: threading.Event | None = None, timeout: float | None = None):
+        self._clock = time.monotonic
+        self._deadline = None if not timeout or timeout <= 0 else self._clock() + timeout
+        self._cancelled = cancel if cancel is not None else threading.Event()
+
+    def check(self, out: "Matches", syscall: str) -> bool:
+        """True when the search must end now: truncated on timeout, INTERRUPTED when cancelled."""
+        if self._cancelled.is_set():
+            raise FsError(Code.INTERRUPTED, "interrupted", syscall=syscall)
+        if self._deadline is not None and self._clock() > self._deadline:
+            out.truncated = out.timed_out = True
+            return True
+        return False
 
 
 def _escape(rel: str, syscall: str, why: str) -> FsError:
@@ -701,7 +728,8 @@ class Workspace:
             return len(data)
 
     # -- glob and grep ----------------------------------------------------------------------
-    def glob(self, pattern: str, limit: int = 1000, *, max_entries: int = 200_000) -> Matches:
+    def glob(self, pattern: str, limit: int = 1000, *, max_entries: int = 200_000,
+             cancel: threading.Event | None = None, timeout: float | None = None) -> Matches:
         """Canonical relative paths matching ``pattern``, in sorted walk order.
 
         Shell wildcards per component (``*``, ``?``, ``[...]``) and ``**`` for
@@ -709,10 +737,15 @@ class Workspace:
         never descends through a symlink (a link whose name matches is listed
         as itself) nor into ``SKIP_DIRS`` (.git, node_modules, .venv, …) unless
         the pattern names them; ``..`` is refused after the first wildcard. ``truncated`` is set
-        when ``limit`` results or ``max_entries`` visited entries cut it short.
+        when ``limit`` results or ``max_entries`` visited entries cut it short. Matching is
+        linear-time (``match``): no pattern makes a name slow to test. ``cancel`` set from
+        another thread ends the walk with INTERRUPTED; after ``timeout`` seconds it ends
+        ``truncated`` and ``timed_out``.
         """
+        stop = Stop(cancel, timeout) if cancel is not None or timeout else None
         out = Matches()
-        for rel, _dirfd, _name, _st in self._search(pattern, "Glob", max_entries, out, follow=False):
+        for rel, _dirfd, _name, _st in self._search(pattern, "Glob", max_entries, out, follow=False,
+                                                     stop=stop):
             if len(out) >= limit:
                 out.truncated = True
                 break
@@ -721,7 +754,8 @@ class Workspace:
 
     def grep(self, pattern: str, path_glob: str = "**", limit: int = 500, *,
              ignore_case: bool = False, max_line: int = 400,
-             max_bytes: int = 64 * 1024 * 1024, max_entries: int = 200_000) -> Matches:
+             max_bytes: int = 64 * 1024 * 1024, max_entries: int = 200_000,
+             cancel: threading.Event | None = None, timeout: float | None = None) -> Matches:
         """Lines matching regex ``pattern`` in the files ``path_glob`` selects.
 
         Returns ``(rel, lineno, line)`` tuples (line without its newline,
@@ -731,14 +765,17 @@ class Workspace:
         it recursively. Binary files (a NUL byte in the first 8 KiB),
         symlinks and non-regular files are skipped. At most ``limit`` lines,
         and at most ``max_bytes`` read overall; ``truncated`` says so.
+
+        ``pattern`` is RE2 syntax, matched in linear time (``match``; no
+        backreferences or lookaround): a hostile regex cannot stall the
+        daemon. ``cancel`` and ``timeout`` end it early, as for ``glob``.
         """
+        stop = Stop(cancel, timeout) if cancel is not None or timeout else None
         try:
-            rx = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-        except re.error as exc:
+            rx = match.compile_regex(pattern, ignore_case=ignore_case)
+        except match.PatternError as exc:
             raise FsError(Code.INVALID, f"bad regular expression {_show(pattern)}: {exc}",
                           syscall="Grep") from None
-        except (TypeError, RecursionError, OverflowError) as exc:
-            raise FsError(Code.INVALID, f"bad regular expression: {exc}", syscall="Grep") from None
         path_glob = path_glob or "**"
         if "/" not in path_glob.rstrip("/") and _MAGIC.search(path_glob):
             path_glob = "**/" + path_glob
@@ -753,7 +790,8 @@ class Workspace:
                 path_glob = path_glob.rstrip("/") + "/**"
         out = Matches()
         budget = max_bytes
-        for rel, dirfd, name, st in self._search(path_glob, "Grep", max_entries, out, follow=True):
+        for rel, dirfd, name, st in self._search(path_glob, "Grep", max_entries, out, follow=True,
+                                                 stop=stop):
             if not _stat.S_ISREG(st.st_mode):
                 continue
             if budget <= 0:
@@ -773,6 +811,8 @@ class Workspace:
                     continue
                 f.seek(0)
                 for lineno, raw in enumerate(_lines(f, max_line * 4 + 4096), 1):
+                    if stop is not None and lineno % 16 == 0 and stop.check(out, "Grep"):
+                        return out
                     budget -= len(raw)
                     line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
                     if rx.search(line):
@@ -788,7 +828,7 @@ class Workspace:
         return out
 
     def _search(self, pattern: str, syscall: str, max_entries: int, out: Matches, *,
-                follow: bool) -> Iterator[tuple[str, int, str, os.stat_result]]:
+                follow: bool, stop: Stop | None = None) -> Iterator[tuple[str, int, str, os.stat_result]]:
         """Yield (canonical rel, dir fd, name, lstat) of entries matching a glob.
 
         ``follow``: a pattern without wildcards names its symlink's target
@@ -796,6 +836,9 @@ class Workspace:
         """
         if not isinstance(pattern, str) or not pattern:
             raise FsError(Code.INVALID, "empty pattern", syscall=syscall)
+        if len(pattern) > match.MAX_PATTERN:
+            raise FsError(Code.INVALID, f"pattern is {len(pattern)} characters; the cap is "
+                          f"{match.MAX_PATTERN}", syscall=syscall)
         p = self._parse(pattern, syscall, empty_ok=False)
         comps = [c for c in p.comps if c != "."]
         first = next((i for i, c in enumerate(comps) if _MAGIC.search(c)), None)
@@ -819,14 +862,17 @@ class Workspace:
                 return
             raise
         named = {c for c in rest if c in SKIP_DIRS}
-        if "**" in rest:
-            rx = re.compile(_glob_regex(rest))
-            depth_cap = MAX_DEPTH
-            per_level = None
-        else:
-            rx = None
-            depth_cap = len(rest)
-            per_level = [re.compile("(?s:" + _component_regex(c) + r")\Z") for c in rest]
+        try:
+            if "**" in rest:
+                rx = match.compile_full(_glob_regex(rest))
+                depth_cap = MAX_DEPTH
+                per_level = None
+            else:
+                rx = None
+                depth_cap = len(rest)
+                per_level = [match.compile_full("(?s:" + _component_regex(c) + ")") for c in rest]
+        except match.PatternError as exc:
+            raise FsError(Code.INVALID, f"bad pattern {_show(pattern)}: {exc}", syscall=syscall) from None
         seen = [0]
 
         def walk(dirfd: int, parts: list[str], depth: int):
@@ -839,7 +885,9 @@ class Workspace:
                 if seen[0] > max_entries:
                     out.truncated = True
                     return
-                if per_level is not None and not per_level[depth].match(name):
+                if stop is not None and seen[0] % 256 == 0 and stop.check(out, syscall):
+                    return
+                if per_level is not None and not per_level[depth].fullmatch(match.matchable(name)):
                     continue
                 try:
                     st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
@@ -849,7 +897,7 @@ class Workspace:
                 if rx is None:
                     hit = depth + 1 == depth_cap
                 else:
-                    hit = bool(rx.match("/".join(sub)))
+                    hit = bool(rx.fullmatch(match.matchable("/".join(sub))))
                 if hit:
                     yield "/".join(base + sub), dirfd, name, st
                 if (_stat.S_ISDIR(st.st_mode) and depth + 1 < depth_cap
@@ -910,11 +958,11 @@ def _glob_regex(comps: list[str]) -> str:
         else:
             body = _component_regex(c)
             out.append(body + ("" if last else "/"))
-    return "(?s:" + "".join(out) + r")\Z"
+    return "(?s:" + "".join(out) + ")"
 
 
 def _component_regex(c: str) -> str:
-    """One glob component as a regex that never matches '/'."""
+    """One glob component as an RE2 regex that never matches '/'."""
     i, n, res = 0, len(c), []
     while i < n:
         ch = c[i]

@@ -26,6 +26,15 @@ released. A command therefore never leaves a process behind, background
 jobs included: dev/shell is not a way to start services. See
 docs/devices.md for the exit-status trailer and the limits.
 
+The command text never appears in an argv (``ps`` shows every argv to every
+local user): it reaches bash through an inherited memfd on fd 3, which a
+fixed bootstrap (``_BOOT``) reads, closes and evaluates. Where bubblewrap
+works, the shim and everything below it run in a sandbox (``sandbox``: own
+PID namespace and /proc, read-only system, the project and the mount
+read-write, private /tmp)::
+
+    daemon ── bwrap ── bwrap (pid 1) ── shim ── bash ── …
+
 No pyfuse3 here.
 """
 from __future__ import annotations
@@ -49,6 +58,8 @@ import trio
 
 from rnixfs.kernel.errors import Code, SyscallError
 
+from . import sandbox as _sandbox
+
 log = logging.getLogger(__name__)
 
 DEVICE = "/dev/shell"
@@ -58,8 +69,13 @@ MAX_COMMAND = 64 * 1024     # bytes per command line (one argv string)
 MAX_QUEUE = 16              # commands waiting on one dev/shell handle
 
 BASH = shutil.which("bash") or "/bin/bash"
+MARK = "rnixfs-shell-supervisor"   # in the shim's argv: kill_tree spares it
 
-# The supervisor between the daemon and bash. argv: bash, status fd, command.
+# bash's -c text: the command comes from fd 3 (a memfd), never from an argv.
+# ``eval`` parses and runs it as ``bash -c`` would (line by line, $0 = bash).
+_BOOT = 'IFS= read -r -d "" __rnix_cmd <&3; exec 3<&-; eval "unset -v __rnix_cmd; $__rnix_cmd"'
+
+# The supervisor between the daemon and bash. argv: bash, status fd, command fd, MARK.
 # stdin is the control pipe (EOF = tear down); fds 1/2 are the output pipe,
 # which the shim itself lets go of so that only the command holds it.
 _SHIM = r"""
@@ -91,7 +107,7 @@ def reap():
             return None
         yield p, st
 def main():
-    bash, sfd, cmd = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    bash, sfd, cfd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
@@ -111,12 +127,17 @@ def main():
             nul = os.open("/dev/null", os.O_RDONLY)
             os.dup2(nul, 0)
             os.close(nul)
-            os.execv(bash, [bash, "-c", cmd])
+            if cfd != 3:
+                os.dup2(cfd, 3)
+                os.close(cfd)
+            os.set_inheritable(3, True)
+            os.execv(bash, [bash, "-c", BOOT, "bash"])
         except BaseException:
             pass
         os._exit(127)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(s, signal.SIG_IGN)
+    os.close(cfd)
     nul = os.open("/dev/null", os.O_WRONLY)
     os.dup2(nul, 1)
     os.dup2(nul, 2)
@@ -149,9 +170,10 @@ def main():
         time.sleep(0.01)
         for _ in reap() or ():
             pass
+BOOT = @BOOT@
 main()
 os._exit(0)
-"""
+""".replace("@BOOT@", repr(_BOOT))
 
 
 @dataclass(frozen=True)
@@ -174,6 +196,7 @@ class ShellResult:
     duration: float
     total_bytes: int = 0
     pid: int = 0
+    sandbox: str = ""          # "bwrap" or "none": the mode the command ran in
 
     @property
     def status(self) -> int:
@@ -234,7 +257,7 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def _alive_descendants(root: psutil.Process | None) -> list[psutil.Process]:
+def _alive_descendants(root: psutil.Process | None, spare: frozenset[int] = frozenset()) -> list[psutil.Process]:
     if root is None:
         return []
     try:
@@ -243,6 +266,8 @@ def _alive_descendants(root: psutil.Process | None) -> list[psutil.Process]:
         return []
     out = []
     for k in kids:
+        if k.pid in spare:
+            continue
         try:
             if k.status() != psutil.STATUS_ZOMBIE:
                 out.append(k)
@@ -251,18 +276,52 @@ def _alive_descendants(root: psutil.Process | None) -> list[psutil.Process]:
     return out
 
 
-async def kill_tree(root_pid: int, *, grace: float = KILL_GRACE, root: psutil.Process | None = None) -> int:
+def _supervisors(root: psutil.Process | None) -> frozenset[int]:
+    """In a sandbox, the chain bwrap (pid 1) ── shim below ``root`` (bwrap):
+    they reap and report, so ``kill_tree`` spares them like the root. Only
+    bwrap processes and, below them, the first process carrying ``MARK``
+    qualify; anything the command starts is below the shim."""
+    if root is None:
+        return frozenset()
+    chain: list[int] = []
+    level = [root]
+    for _ in range(3):
+        nxt = []
+        for p in level:
+            try:
+                nxt += p.children()
+            except psutil.Error:
+                pass
+        for p in nxt:
+            try:
+                if p.name() == "bwrap":          # its argv holds the shim's, MARK included
+                    chain.append(p.pid)
+                elif MARK in p.cmdline():
+                    return frozenset(chain + [p.pid])
+            except psutil.Error:
+                pass
+        level = [p for p in nxt if p.pid in chain]
+        if not level:
+            break
+    return frozenset(chain)
+
+
+async def kill_tree(root_pid: int, *, grace: float = KILL_GRACE, root: psutil.Process | None = None,
+                    sandboxed: bool = False) -> int:
     """SIGTERM every descendant of ``root_pid`` and its process group, wait up
     to ``grace`` seconds, then SIGKILL until none is left. The root itself
-    is spared (it is the supervisor, which reaps). Returns how many processes
-    were signalled. Safe to call again; a no-op once the tree is gone.
+    is spared (it is the supervisor, which reaps); ``sandboxed``: the root
+    is bwrap, and bwrap's pid 1 and the shim below it are spared instead of
+    the process group being signalled. Returns how many processes were
+    signalled. Safe to call again; a no-op once the tree is gone.
     """
     if root is None:
         try:
             root = psutil.Process(root_pid)
         except psutil.Error:
             root = None
-    procs = _alive_descendants(root)
+    spare = _supervisors(root) if sandboxed else frozenset()
+    procs = _alive_descendants(root, spare)
     termed: set[int] = set()
 
     def term(ps: list[psutil.Process]) -> None:
@@ -278,11 +337,12 @@ async def kill_tree(root_pid: int, *, grace: float = KILL_GRACE, root: psutil.Pr
 
     if procs:
         term(procs)
-        _killpg(root_pid, _signal.SIGTERM)   # the shim ignores SIGTERM
+        if not sandboxed:
+            _killpg(root_pid, _signal.SIGTERM)   # the shim ignores SIGTERM (bwrap would not)
         deadline = trio.current_time() + grace
         while procs and trio.current_time() < deadline:
             await trio.sleep(0.01)
-            procs = _alive_descendants(root)
+            procs = _alive_descendants(root, spare)
             term(procs)
     rounds = 0
     while procs and rounds < 500:
@@ -293,7 +353,7 @@ async def kill_tree(root_pid: int, *, grace: float = KILL_GRACE, root: psutil.Pr
                 pass
         termed.update(p.pid for p in procs)
         await trio.sleep(0.005)
-        procs = _alive_descendants(root)
+        procs = _alive_descendants(root, spare)
         rounds += 1
     return len(termed)
 
@@ -324,16 +384,40 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
     command = _check_command(command)
     if env is None:
         env = dict(os.environ)
+    box = await current_sandbox()
+    if not box.active and box.policy == "require":
+        raise _err(Code.PERMISSION, f"the command sandbox is required ({_sandbox.ENV}=require) "
+                                    f"but unavailable: {box.reason}")
+    cwd = os.fspath(cwd)
+    if box.active and not os.path.isdir(cwd):
+        raise _err(Code.NOT_FOUND, f"working directory {cwd!r} does not exist")
     limit = math.inf if not timeout or timeout <= 0 else float(timeout)
+    # the command text goes through a memfd, not argv: see the module docstring
+    cmd_fd = os.memfd_create("rnixfs-command", os.MFD_CLOEXEC)
+    try:
+        os.write(cmd_fd, command.encode("utf-8", "surrogateescape"))
+        os.lseek(cmd_fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(cmd_fd)
+        raise
     status_r, status_w = os.pipe()
+    inner = [sys.executable, "-I", "-S", "-c", _SHIM, BASH, str(status_w), str(cmd_fd), MARK]
+    writable = list(_writable) or [cwd]
+    if not any(cwd == w or cwd.startswith(w.rstrip("/") + "/") for w in writable):
+        writable.append(cwd)
+    argv = box.argv(inner, cwd=cwd, writable=writable)
+    if box.active and env.get("RNIX_MOUNT"):
+        # the mount read-write, named as is: the daemon must not stat its own mount
+        mount = os.path.abspath(env["RNIX_MOUNT"])
+        i = argv.index("--chdir")
+        argv[i:i] = ["--bind", mount, mount]
     try:
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-I", "-S", "-c", _SHIM, BASH, str(status_w), command],
-            cwd=os.fspath(cwd), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(status_w,))
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(status_w, cmd_fd))
     except (FileNotFoundError, NotADirectoryError):
         os.close(status_r)
-        raise _err(Code.NOT_FOUND, f"working directory {os.fspath(cwd)!r} does not exist") from None
+        raise _err(Code.NOT_FOUND, f"working directory {cwd!r} does not exist") from None
     except PermissionError as exc:
         os.close(status_r)
         raise _err(Code.PERMISSION, f"cannot start the command: {exc.strerror}") from None
@@ -342,6 +426,7 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
         raise _err(Code.INTERNAL, f"cannot start the command: {exc}") from None
     finally:
         os.close(status_w)
+        os.close(cmd_fd)
     t0 = time.monotonic()
     try:
         root: psutil.Process | None = psutil.Process(proc.pid)
@@ -374,10 +459,14 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
                 wait_status = await _read_status(status_stream)
             duration = time.monotonic() - t0
             timed_out = cs.cancelled_caught
-            await kill_tree(proc.pid, grace=kill_grace, root=root)
+            await kill_tree(proc.pid, grace=kill_grace, root=root, sandboxed=box.active)
             if timed_out:
                 with trio.move_on_after(1.0):
                     wait_status = await _read_status(status_stream)
+            if box.active:
+                # bwrap's two processes hold the output pipe until the shim exits:
+                # release the shim (the tree is dead) for the output to reach EOF
+                await proc.stdin.aclose()
             with trio.move_on_after(DRAIN):
                 await eof.wait()
             nursery.cancel_scope.cancel()
@@ -385,10 +474,10 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
         with trio.CancelScope(shield=True) as shield:
             shield.deadline = trio.current_time() + kill_grace + 5
             try:
-                await kill_tree(proc.pid, grace=kill_grace, root=root)
+                await kill_tree(proc.pid, grace=kill_grace, root=root, sandboxed=box.active)
             except Exception:  # pragma: no cover - never let cleanup mask the cause
                 pass
-            if root is None or _alive_descendants(root):
+            if root is None or _alive_descendants(root, _supervisors(root) if box.active else frozenset()):
                 # the supervisor is gone or something resisted: the process group goes.
                 # Safe: the shim is not reaped yet, so its pgid cannot have been reused.
                 _killpg(proc.pid, _signal.SIGKILL)
@@ -405,11 +494,36 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
             with trio.CancelScope(shield=True):
                 await proc.wait()
     if wait_status is None:
+        if box.active and proc.returncode == 1 and not timed_out:
+            # bwrap could not build the sandbox; its reason is in the output
+            return 126, None, timed_out, duration, proc.pid
         return None, _signal.SIGKILL, timed_out, duration, proc.pid
     code = os.waitstatus_to_exitcode(wait_status)
     if code < 0:
         return None, -code, timed_out, duration, proc.pid
     return code, None, timed_out, duration, proc.pid
+
+
+_current: _sandbox.Sandbox | None = None
+_writable: tuple[str, ...] = ()
+
+
+def configure(box: _sandbox.Sandbox | None = None, *, writable=()) -> _sandbox.Sandbox:
+    """Set the sandbox commands run in (``sandbox.detect()`` when None) and the
+    trees they may write (the project; the working directory when unset).
+    Blocking when it detects: the daemon calls it once at start, in a thread."""
+    global _current, _writable
+    _current = box if box is not None else _sandbox.detect()
+    _writable = tuple(os.fspath(w) for w in writable)
+    return _current
+
+
+async def current_sandbox() -> _sandbox.Sandbox:
+    """The configured sandbox; detected (``RNIXFS_SANDBOX``) on first use."""
+    global _current
+    if _current is None:
+        _current = await trio.to_thread.run_sync(_sandbox.detect)
+    return _current
 
 
 class _HeadTail:
@@ -461,7 +575,8 @@ async def run(command: str, *, cwd: Path | str, env: dict | None, timeout: float
         command, cwd=cwd, env=env, timeout=timeout, on_output=sink.add, on_start=on_start,
         kill_grace=kill_grace)
     output, truncated = sink.result()
-    return ShellResult(code, sig, output, truncated, timed_out, duration, sink.total, pid)
+    box = await current_sandbox()
+    return ShellResult(code, sig, output, truncated, timed_out, duration, sink.total, pid, box.mode)
 
 
 _EOF = object()
@@ -655,7 +770,8 @@ class ShellSession:
                 total - kept, total)
         elif noeol:
             tail += b"\n"
-        result = ShellResult(code, sig, b"", truncated, timed_out, duration, total, pid)
+        result = ShellResult(code, sig, b"", truncated, timed_out, duration, total, pid,
+                             (await current_sandbox()).mode)
         self._out.extend([tail + result.trailer(noeol=noeol), _EOF])
         self.results.append(result)
         await self._report(command, result)

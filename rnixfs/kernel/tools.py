@@ -8,9 +8,11 @@ process goes on.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import threading
 
 import trio
 
@@ -26,6 +28,7 @@ READ_CAP = 256 * 1024  # bytes a Read takes from a file before it truncates
 EDIT_CAP = 16 * 1024 * 1024  # an Edit never writes back a cut file
 BASH_TIMEOUT = 120.0
 BASH_TIMEOUT_MAX = 3600.0
+SEARCH_TIMEOUT = 60.0  # seconds a Glob or Grep may walk before it ends truncated
 
 _S = {"type": "string"}
 _I = {"type": "integer"}
@@ -216,17 +219,18 @@ class Tools:
     async def _glob(self, proc: Process, args: dict) -> str:
         pattern = self.relative(_arg(args, "pattern"))
         async with self.kernel.tracer.syscall(proc, "Glob", quote(pattern), device="/dev/fs") as c:
-            matches = await trio.to_thread.run_sync(self.ws.glob, pattern, 1000)
-            c.result = f"{len(matches)} matches"
-        return "\n".join(matches) if matches else "(no matches)"
+            matches = await _search(self.ws.glob, pattern, 1000)
+            c.result = f"{len(matches)} matches" + (" (timeout)" if _timed_out(matches) else "")
+        return ("\n".join(matches) if matches else "(no matches)") + _stopped(matches)
 
     async def _grep(self, proc: Process, args: dict) -> str:
         pattern, glob = _arg(args, "pattern"), _arg(args, "glob", required=False) or "**"
         async with self.kernel.tracer.syscall(proc, "Grep", f"{quote(pattern)}, {quote(glob)}",
                                               device="/dev/fs") as c:
-            hits = await trio.to_thread.run_sync(self.ws.grep, pattern, self.relative(glob), 500)
-            c.result = f"{len(hits)} matches"
-        return "\n".join(f"{rel}:{n}: {line}" for rel, n, line in hits) if hits else "(no matches)"
+            hits = await _search(self.ws.grep, pattern, self.relative(glob), 500)
+            c.result = f"{len(hits)} matches" + (" (timeout)" if _timed_out(hits) else "")
+        return ("\n".join(f"{rel}:{n}: {line}" for rel, n, line in hits) if hits else "(no matches)"
+                ) + _stopped(hits)
 
     # -- shell ---------------------------------------------------------------------------
     async def _bash(self, proc: Process, args: dict) -> str:
@@ -253,7 +257,8 @@ class Tools:
                     res = await self.shell.run(command, cwd=cwd, env=env, timeout=timeout,
                                                output_limit=RESULT_CAP, on_start=started)
                     status = f"exit={res.exit_code}" if res.signal is None else f"signal={res.signal}"
-                    c.result = f"{len(res.output)} bytes {status}" + (" timeout" if res.timed_out else "")
+                    c.result = f"{len(res.output)} bytes {status}" + (" timeout" if res.timed_out else "") \
+                        + (f" sandbox={res.sandbox}" if getattr(res, "sandbox", "") else "")
             finally:
                 for h in hosts:
                     self.kernel.host_pids.pop(h, None)
@@ -286,6 +291,25 @@ class Tools:
             await child.exited_event.wait()
             c.result = child.wait_line().strip()
         return child.wait_line() + (child.result or "")
+
+
+async def _search(fn, *args):
+    """Run a workspace glob/grep in a thread that a kill abandons at once and
+    that stops itself at its next check (docs/devices.md, "Grep and Glob")."""
+    cancel = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(
+            functools.partial(fn, *args, cancel=cancel, timeout=SEARCH_TIMEOUT), abandon_on_cancel=True)
+    finally:
+        cancel.set()
+
+
+def _timed_out(matches) -> bool:
+    return bool(getattr(matches, "timed_out", False))
+
+
+def _stopped(matches) -> str:
+    return f"\n[search stopped after {SEARCH_TIMEOUT:g}s: results are partial]" if _timed_out(matches) else ""
 
 
 _DEVICE = {"Read": "/dev/fs", "Write": "/dev/fs", "Edit": "/dev/fs", "Glob": "/dev/fs",
