@@ -120,8 +120,9 @@ def test_list_json_always_has_diagnostics(sb):
     res = ok(sb.run("skill", "list", "--json"))
     assert res.stderr == ""                        # JSON mode: diagnostics only in the node
     data = json.loads(res.stdout)["data"]
-    assert [s["name"] for s in data["skills"]] == ["a", "renamed"]
-    assert data["skills"][0] == {"name": "a", "version": "", "path": str(sb.root("pn") / "a"),
+    assert [s["name"] for s in data["skills"]] == ["a", "other"]   # the frontmatter name
+    assert data["skills"][1]["directory"] == "renamed"
+    assert data["skills"][0] == {"name": "a", "directory": "a", "version": "", "path": str(sb.root("pn") / "a"),
                                  "description": "a from pn", "source": "", "scope": "project",
                                  "namespace": "native", "shadowed": False}
     d = data["diagnostics"]

@@ -220,7 +220,6 @@ def test_lenient_long_name_detail():
     ({"name": "", "description": "d"}, "missing name"),
     ({"name": "a"}, "missing description"),
     ({"name": "a", "description": "  "}, "missing description"),
-    ({"name": "a", "description": "d", "metadata": "x"}, "invalid metadata"),
     ({"name": "a", "description": "d", "allowed-tools": {"a": "b"}}, "invalid allowed-tools"),
 ])
 def test_lenient_skips(fm, reason):
@@ -260,7 +259,7 @@ def test_resources_on_demand_and_confined(tmp_path):
     (d / "assets").mkdir()
     os.symlink(secret, d / "assets" / "leak.txt")
     s = load(d)
-    assert s.resources() == ["scripts/run.sh", "references/REF.md"]
+    assert s.resources() == ["references/REF.md", "scripts/run.sh"]   # the outside link is left out
     assert s.read_resource("scripts/run.sh") == b"echo hi\n"
     for bad in ("../secret.txt", "/etc/passwd", "assets/leak.txt", "", "a\x00b"):
         with pytest.raises(SkillError):

@@ -187,7 +187,8 @@ def test_lenient_warnings_recorded_and_rendered(env):
     put(env.roots["pn"], "renamed", declared="old-name")
     lines = []
     res = resolve(env, warn=lines.append)
-    assert "renamed" in res.skills
+    assert "old-name" in res.skills and res.skills["old-name"].name == "renamed"
+    assert res.winners["renamed"] is res.skills["old-name"]
     assert (f"[skill] warning: {env.roots['pn'] / 'renamed'}: name: name mismatch parent dir "
             f'(manifest.Name="old-name", parentDir="renamed")') in lines
     assert res.diagnostics.to_json()["lenient"][0]["field"] == "name"
@@ -206,8 +207,8 @@ def test_render_order_and_json_channels(env):
     assert set(j["diagnostics"]) == {"warnings", "skipped", "lenient", "trust"}
     assert j["diagnostics"]["skipped"] == [{"path": str(env.roots["pn"] / "bad"),
                                             "reason": "SKILL.md must start with ---"}]
-    assert [s["name"] for s in j["skills"]] == ["dup", "renamed"]
-    assert set(j["skills"][0]) == {"name", "version", "path", "description", "source", "scope",
+    assert [s["name"] for s in j["skills"]] == ["dup", "x"]
+    assert set(j["skills"][0]) == {"name", "directory", "version", "path", "description", "source", "scope",
                                    "namespace", "shadowed"}
 
 

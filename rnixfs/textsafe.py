@@ -1,0 +1,128 @@
+"""Untrusted text made safe for a terminal, and tables that stay aligned.
+
+Names, descriptions, intents, paths and error messages come from SKILL.md
+files, agent manifests, models and the file system. Printed raw, an escape
+sequence in them can clear the screen, move the cursor or rewrite earlier
+lines, ``\\r`` can hide text, a newline can forge a table row and a bidi
+override can reorder what the reader sees. Every *human* output of the CLI
+passes through :func:`clean` (or :func:`block` for multi-line text); the
+``--json`` outputs do not (``json.dumps`` already escapes control
+characters, and JSON must stay exact).
+
+Escaped characters are shown as Python-style escapes (``\\x1b``, ``\\r``,
+``\\n``, ``\\x9b``, ``\\u202e``): C0 and C1 controls, DEL, the bidi
+controls, line/paragraph separators and lone surrogates (undecodable bytes
+in file names). A backslash already in the text is left alone: human output
+is for reading, ``--json`` is for round trips.
+
+Column widths are display widths (``wcwidth``: East Asian wide characters
+count two, combining marks zero). A cell wider than its column is cut with
+``...`` so a long name never shifts the columns after it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from wcwidth import wcwidth
+
+ELLIPSIS = "..."
+
+_NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+# Bidi embeddings/overrides/isolates and marks (Trojan Source), line and
+# paragraph separators, and the byte-order mark / zero-width no-break space.
+_INVISIBLE = frozenset(
+    [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, 0xFEFF]
+    + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)))
+
+
+def _unsafe(cp: int) -> bool:
+    return (cp < 0x20 or 0x7F <= cp <= 0x9F or cp in _INVISIBLE
+            or 0xD800 <= cp <= 0xDFFF)
+
+
+def _escape(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    cp = ord(ch)
+    return f"\\x{cp:02x}" if cp <= 0xFF else f"\\u{cp:04x}"
+
+
+def clean(text: object) -> str:
+    """One line of text with every unsafe character escaped (see module doc)."""
+    s = text if isinstance(text, str) else str(text)
+    if not any(_unsafe(ord(c)) for c in s):
+        return s
+    return "".join(_escape(c) if _unsafe(ord(c)) else c for c in s)
+
+
+def block(text: object) -> str:
+    """Multi-line text (a body, a trace): newlines (CRLF too) and tabs kept, the rest escaped."""
+    s = (text if isinstance(text, str) else str(text)).replace("\r\n", "\n")
+    if not any(_unsafe(ord(c)) and c not in "\n\t" for c in s):
+        return s
+    return "".join(c if c in "\n\t" or not _unsafe(ord(c)) else _escape(c) for c in s)
+
+
+def one_line(text: object) -> str:
+    """Whitespace runs (newlines included) folded to one space, then cleaned."""
+    s = text if isinstance(text, str) else str(text)
+    return clean(" ".join(s.split()))
+
+
+def width(text: str) -> int:
+    """Display width of already-cleaned text (unknown characters count one)."""
+    return sum(_cw(c) for c in text)
+
+
+def _cw(c: str) -> int:
+    w = wcwidth(c)
+    return 1 if w < 0 else w
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut cleaned text to ``limit`` display columns, ending in ``...`` if cut."""
+    if width(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return ELLIPSIS[:limit]
+    out, used, room = [], 0, limit - len(ELLIPSIS)
+    for c in text:
+        w = _cw(c)
+        if used + w > room:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + ELLIPSIS
+
+
+def pad(text: str, cols: int) -> str:
+    return text + " " * max(0, cols - width(text))
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: header, minimum and maximum display width; ``fold``
+    turns whitespace runs into one space (descriptions) instead of escaping
+    newlines (names, where a newline is part of the value)."""
+
+    header: str
+    min: int = 0
+    max: int = 80
+    fold: bool = False
+
+
+def table(columns: Sequence[Column], rows: Iterable[Sequence[object]], *,
+          prefix: str = "", sep: str = " ") -> list[str]:
+    """Aligned lines: header first, every cell cleaned (one line) and cut to
+    its column's maximum; the last column is cut but never padded."""
+    cells = [[truncate(one_line(v) if c.fold else clean(v), c.max) for v, c in zip(row, columns)]
+             for row in rows]
+    cells.insert(0, [c.header for c in columns])
+    widths = [max([c.min] + [width(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = []
+    for r in cells:
+        parts = [pad(v, w) for v, w in zip(r[:-1], widths[:-1])] + [r[-1]]
+        line = sep.join(parts).rstrip()
+        lines.append(f"{prefix}{sep}{line}" if prefix else line)
+    return lines
