@@ -64,6 +64,16 @@ def block(text: object) -> str:
     return "".join(c if c in "\n\t" or not _unsafe(ord(c)) else _escape(c) for c in s)
 
 
+def json_text(encoded: str) -> str:
+    """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with the
+    characters JSON leaves raw but a terminal acts on (C1 controls, DEL,
+    bidi controls, lone surrogates) written as ``\\uXXXX``: the same value
+    once parsed, so ``--json`` stays exact."""
+    if not any(_unsafe(ord(c)) for c in encoded):
+        return encoded
+    return "".join(f"\\u{ord(c):04x}" if _unsafe(ord(c)) else c for c in encoded)
+
+
 def one_line(text: object) -> str:
     """Whitespace runs (newlines included) folded to one space, then cleaned."""
     s = text if isinstance(text, str) else str(text)

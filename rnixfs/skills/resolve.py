@@ -476,5 +476,8 @@ def _skill_dir_names(root: Path, diag: Diagnostics) -> list[str]:
 
 
 def dumps(obj) -> str:
-    """Compact JSON, one line (what the seeds' CLI prints)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON, one line (what the seeds' CLI prints); characters a
+    terminal would act on are \\u-escaped (rnixfs.textsafe.json_text)."""
+    from ..textsafe import json_text
+
+    return json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
