@@ -341,7 +341,7 @@ def skill_delete(name, project, config_dir):
     except OSError as exc:
         _fail(f"cannot delete skill {name!r}: {exc.strerror}")
     _out(f"{PREFIX} Deleted {name} ({gone.scope}/{gone.namespace}: {gone.path})")
-    after = resolve_skills(proj, cfg).winners.get(name)
+    after = resolve_skills(proj, cfg).lookup(name)
     if after is not None:
         _out(f"{PREFIX} {name} now resolves to {after.path} ({after.scope}/{after.namespace})")
 

@@ -584,6 +584,9 @@ def test_list_and_show_use_the_frontmatter_name(sb):
     data = json.loads(ok(sb.run("skill", "list", "--json")).stdout)["data"]["skills"]
     assert [(s["name"], s["directory"]) for s in data] == [("alpha", "dir-a")]
     assert ok(sb.run("skill", "list", "-q")).stdout == "alpha\n"
+    res = ok(sb.run("skill", "delete", "alpha"))            # delete goes by the same name
+    assert not (sb.root("pn") / "dir-a").exists()
+    assert f"alpha now resolves to {sb.root('un') / 'alpha'} (user/native)" in res.stdout
 
 
 def test_nfc_and_nfd_names_are_one_name(sb):

@@ -96,11 +96,11 @@ def delete_skill(resolution, name: str) -> Skill:
     """
     if not name or "/" in name or name in (".", "..") or "\x00" in name:
         raise BadSkillName(f"invalid skill name {str(name)[:80]!r}")
-    skill = resolution.winners.get(name)
+    skill = resolution.lookup(name)      # the frontmatter name, else the directory name
     if skill is None:
         raise SkillNotFound(f'skill "{name}" not found')
     path = skill.path
-    if path.parent != skill.root or path.name != name:
+    if path.parent != skill.root or path.name != skill.name:
         raise SkillError(f"refusing to delete {path}: not inside {skill.root}")
     if path.is_symlink():
         try:
@@ -109,7 +109,7 @@ def delete_skill(resolution, name: str) -> Skill:
             raise SkillNotFound(f'skill "{name}" not found') from None
         return skill
     # Rename first (atomic: one deleter wins), then remove at leisure.
-    grave = skill.root / f".{name}.deleted-{os.getpid()}-{id(skill)}"
+    grave = skill.root / f".{skill.name}.deleted-{os.getpid()}-{id(skill)}"
     try:
         os.rename(path, grave)
     except FileNotFoundError:
