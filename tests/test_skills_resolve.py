@@ -571,3 +571,12 @@ def test_agent_skills_resolve_by_frontmatter_name(env):
     assert [s.ref_name for s in loaded] == ["alpha"] and [s.ref_name for s in available] == ["b"]
     with pytest.raises(SkillNotFound):
         select_skills(None, resolve(env), ["alpha-typo"])
+
+
+def test_one_skill_by_two_names_is_loaded_once(env):
+    from rnixfs.agents.prompt import select_skills
+
+    put(env.roots["pn"], "dir-a", declared="alpha")
+    put(env.roots["pn"], "b")
+    loaded, available = select_skills(None, resolve(env), ["alpha", "dir-a"])
+    assert [s.name for s in loaded] == ["dir-a"] and [s.name for s in available] == ["b"]
