@@ -21,6 +21,7 @@ count two, combining marks zero). A cell wider than its column is cut with
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -29,16 +30,12 @@ from wcwidth import wcwidth
 ELLIPSIS = "..."
 
 _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
-# Bidi embeddings/overrides/isolates and marks (Trojan Source), line and
-# paragraph separators, and the byte-order mark / zero-width no-break space.
-_INVISIBLE = frozenset(
-    [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, 0xFEFF]
-    + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)))
-
-
-def _unsafe(cp: int) -> bool:
-    return (cp < 0x20 or 0x7F <= cp <= 0x9F or cp in _INVISIBLE
-            or 0xD800 <= cp <= 0xDFFF)
+# C0 controls, DEL and C1 controls; bidi embeddings/overrides/isolates and
+# marks (Trojan Source); line and paragraph separators; the byte-order mark;
+# lone surrogates (undecodable bytes in file names).
+_OTHERS = r"\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ud800-\udfff"
+_UNSAFE = re.compile(rf"[\x00-\x1f{_OTHERS}]")
+_UNSAFE_IN_BLOCK = re.compile(rf"[\x00-\x08\x0b-\x1f{_OTHERS}]")     # keeps \t and \n
 
 
 def _escape(ch: str) -> str:
@@ -48,20 +45,20 @@ def _escape(ch: str) -> str:
     return f"\\x{cp:02x}" if cp <= 0xFF else f"\\u{cp:04x}"
 
 
+def _sub(m: re.Match) -> str:
+    return _escape(m.group())
+
+
 def clean(text: object) -> str:
     """One line of text with every unsafe character escaped (see module doc)."""
     s = text if isinstance(text, str) else str(text)
-    if not any(_unsafe(ord(c)) for c in s):
-        return s
-    return "".join(_escape(c) if _unsafe(ord(c)) else c for c in s)
+    return _UNSAFE.sub(_sub, s)
 
 
 def block(text: object) -> str:
     """Multi-line text (a body, a trace): newlines (CRLF too) and tabs kept, the rest escaped."""
     s = (text if isinstance(text, str) else str(text)).replace("\r\n", "\n")
-    if not any(_unsafe(ord(c)) and c not in "\n\t" for c in s):
-        return s
-    return "".join(c if c in "\n\t" or not _unsafe(ord(c)) else _escape(c) for c in s)
+    return _UNSAFE_IN_BLOCK.sub(_sub, s)
 
 
 def json_text(encoded: str) -> str:
@@ -69,9 +66,7 @@ def json_text(encoded: str) -> str:
     characters JSON leaves raw but a terminal acts on (C1 controls, DEL,
     bidi controls, lone surrogates) written as ``\\uXXXX``: the same value
     once parsed, so ``--json`` stays exact."""
-    if not any(_unsafe(ord(c)) for c in encoded):
-        return encoded
-    return "".join(f"\\u{ord(c):04x}" if _unsafe(ord(c)) else c for c in encoded)
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
 
 
 def one_line(text: object) -> str:
