@@ -29,7 +29,7 @@ from .skills import (
     resolve_skills, validate_strict, write_scope,
 )
 from .skills.manage import check_new_name, skill_template
-from .skills.parse import MAX_SKILL_MD_BYTES
+from .skills.parse import MAX_SKILL_MD_BYTES, name_key
 from .skills.resolve import dumps
 from .textsafe import Column, block, clean, one_line, table
 
@@ -294,6 +294,7 @@ def _edit_draft(name: str, text: bytes | None, description: str | None) -> tuple
 @_common
 def skill_create(name, from_template, file, description, to_user, shared, edit, project, config_dir):
     """Create a skill in the write scope (project .rnix/skills, else user)."""
+    name = name_key(name)     # one normal form (NFKC), as validation compares names
     if from_template and file:
         _fail("--from-template and -f/--file are mutually exclusive")
     if file and description:

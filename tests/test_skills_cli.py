@@ -601,6 +601,9 @@ def test_nfc_and_nfd_names_are_one_name(sb):
     for arg in (nfc, nfd):
         assert ok(sb.run("skill", "show", arg)).stdout.startswith(f"name: {nfc}\n")
         ok(sb.run("skill", "validate", arg))
+    ok(sb.run("skill", "create", unicodedata.normalize("NFD", "thé"), "--project", str(sb.project)))
+    assert (sb.root("pn") / unicodedata.normalize("NFC", "thé") / "SKILL.md").is_file()   # stored NFC
+    fails(sb.run("skill", "create", nfc, "--project", str(sb.project)), "already exists")
 
 
 def test_seed_style_metadata_loads_with_a_warning_but_does_not_validate(sb):
