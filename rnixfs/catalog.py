@@ -109,7 +109,7 @@ class Catalog:
                       "max_cost": agent.max_cost or None, "step_timeout": agent.step_timeout_s,
                       "context_budget": agent.context_budget or None}
         return SpawnPlan(agent=agent.name if agent else "default", provider=choice.provider,
-                         model=choice.model, skills=[s.name for s in loaded],
+                         model=choice.model, skills=[s.ref_name for s in loaded],
                          allowed_tools=allowed_tools(agent, loaded), system_prompt=prompt,
                          budget=budget, fallback_model=choice.fallback or None,
                          fallback_provider=choice.fallback_provider or None)
@@ -156,10 +156,11 @@ class SkillsTree:
         return path
 
     def xattrs(self, name: str) -> dict[str, bytes]:
-        d = self.catalog.skills().describe(name)
+        d = self.catalog.skills().describe_dir(name)
         if d is None:
             return {}
-        keys = ("scope", "namespace", "source", "version", "shadowed", "trust", "diagnostics")
+        keys = ("scope", "namespace", "source", "version", "shadowed", "trust", "diagnostics",
+                "name", "directory")   # name: the frontmatter name skills are referred to by
         out = {f"user.rnix.{k}": _encode(d.get(k) if d.get(k) is not None else "") for k in keys}
         out["user.rnix.path"] = _encode(d.get("path", ""))
         out["user.rnix.valid"] = b"false" if d.get("diagnostics") and any(

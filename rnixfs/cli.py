@@ -15,13 +15,14 @@ import click
 
 from . import __version__
 from .config import ConfigError, default_config_dir, default_state_dir
+from .textsafe import Column, block, clean, table
 
 XATTR_DAEMON = "user.rnixfs.daemon"
 READY_TIMEOUT = 60.0
 
 
 def fail(msg: str) -> None:
-    raise click.ClickException(msg)
+    raise click.ClickException(clean(msg))
 
 
 def rnixfs_mounts() -> list[str]:
@@ -227,7 +228,8 @@ def _format_status(info: dict) -> str:
         facts = ", ".join(f"{k}={v}" for k, v in desc.items() if v not in (None, ""))
         mark = " (default)" if name == providers.get("default") else ""
         lines.append(f"  {name}{mark}: {facts}")
-    return "\n".join(lines)
+    # Paths, provider facts and store errors are not ours: each line is escaped.
+    return "\n".join(clean(line) for line in lines)
 
 
 def _sandbox_line(box: dict) -> str:
@@ -283,6 +285,13 @@ STATE_DIR_OPTION = click.option("--state-dir", type=click.Path(file_okay=False, 
                                 help="State directory (default: $XDG_STATE_HOME/rnixfs).")
 
 
+# Intents come from whoever spawned (an agent, via Spawn): cells are escaped
+# and cut (rnixfs.textsafe), so one intent can neither move the cursor nor
+# shift the columns.
+PS_COLUMNS = (Column("PID"), Column("PPID"), Column("STATE", 0, 16), Column("EXIT"), Column("STEPS"),
+              Column("TOKENS"), Column("AGENT", 0, 32), Column("INTENT", 0, 60, fold=True))
+
+
 @main.command()
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include dead (reaped) processes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
@@ -298,16 +307,14 @@ def ps(show_all, as_json, state_dir):
         for r in rows:
             click.echo(json.dumps(r))
         return
-    header = ("PID", "PPID", "STATE", "EXIT", "STEPS", "TOKENS", "AGENT", "INTENT")
-    table = [header] + [
-        (str(r["pid"]), str(r["ppid"]), r["state"] + ("+P" if r.get("paused") else ""),
-         "" if r["exit_code"] is None else str(r["exit_code"]), str(r["steps"]),
-         str(r["tokens"]["in"] + r["tokens"]["out"]), r["agent"], r["intent"].replace("\n", " ")[:60])
+    cells = [
+        (r["pid"], r["ppid"], r["state"] + ("+P" if r.get("paused") else ""),
+         "" if r["exit_code"] is None else r["exit_code"], r["steps"],
+         r["tokens"]["in"] + r["tokens"]["out"], r["agent"], r["intent"])
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
-    for row in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    for line in table(PS_COLUMNS, cells, sep="  "):
+        click.echo(line)
 
 
 @main.command()
@@ -331,12 +338,12 @@ def show(pid, trace, as_json, state_dir):
         click.echo(json.dumps(rec, indent=2))
         return
     result = rec.pop("result")
-    click.echo(json.dumps(rec, indent=2))
+    click.echo(json.dumps(rec, indent=2))   # ensure_ascii: control characters come out escaped
     click.echo("--- result")
-    click.echo(result if result is not None else "(none)")
+    click.echo(block(result) if result is not None else "(none)")
     if trace:
         click.echo("--- trace")
-        click.echo("".join(lines), nl=False)
+        click.echo(block("".join(lines)), nl=False)
 
 
 from .cli_skills import skill, agent  # noqa: E402

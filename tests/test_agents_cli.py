@@ -136,3 +136,32 @@ def test_show_while_the_manifest_is_rewritten(sb):
     for r in results:
         assert r.returncode in (0, 1) and "Traceback" not in r.stderr
         assert r.returncode == 0 or r.stderr.count("\n") == 1
+
+
+def test_hostile_agent_text_is_escaped_for_humans(sb):
+    from tests.test_skills_cli import HOSTILE, assert_terminal_safe, raw, yaml_quoted
+
+    pbase, ubase = bases(sb)
+    agent(pbase, "evil", f"name: evil\ndescription: {yaml_quoted(HOSTILE)}\n"
+                         f"skills: [{yaml_quoted('s' + HOSTILE)}]\n",
+          instructions=f"Step one.\x1b[2J\n\tindented\x9b\r\n")
+    agent(ubase, "broken", f"name: broken\nmax_steps: {yaml_quoted(HOSTILE)}\n")
+    long = "l" * 70
+    agent(ubase, long, f"name: {long}\ndescription: long one\n")
+    res = raw(sb, "agent", "list")
+    out = assert_terminal_safe(res.stdout)
+    assert_terminal_safe(res.stderr)
+    lines = out.splitlines()
+    assert len(lines) == 4, out                                # header + three rows
+    starts = {ln.index(ln.split()[2]) for ln in lines[1:] if "invalid" not in ln}   # SCOPE column
+    assert len(starts) == 1 and lines[0].index("SCOPE") in starts
+    assert "\\x1b[2J\\x1b]0;pwn\\a cleared FAKE ROW" in out
+    res = raw(sb, "agent", "show", "evil")
+    out = assert_terminal_safe(res.stdout)
+    assert "skills: s\\x1b[2J" in out and out.endswith("---\nStep one.\\x1b[2J\n\tindented\\x9b\\r\n")
+    res = raw(sb, "agent", "show", "broken")
+    assert res.returncode == 1
+    assert_terminal_safe(res.stderr)
+    data = json.loads(raw(sb, "agent", "show", "evil", "--json").stdout)["data"]
+    assert data["description"] == HOSTILE and data["skills"] == ["s" + HOSTILE]
+    assert data["instructions"] == "Step one.\x1b[2J\n\tindented\x9b\r\n"

@@ -120,8 +120,9 @@ def test_list_json_always_has_diagnostics(sb):
     res = ok(sb.run("skill", "list", "--json"))
     assert res.stderr == ""                        # JSON mode: diagnostics only in the node
     data = json.loads(res.stdout)["data"]
-    assert [s["name"] for s in data["skills"]] == ["a", "renamed"]
-    assert data["skills"][0] == {"name": "a", "version": "", "path": str(sb.root("pn") / "a"),
+    assert [s["name"] for s in data["skills"]] == ["a", "other"]   # the frontmatter name
+    assert data["skills"][1]["directory"] == "renamed"
+    assert data["skills"][0] == {"name": "a", "directory": "a", "version": "", "path": str(sb.root("pn") / "a"),
                                  "description": "a from pn", "source": "", "scope": "project",
                                  "namespace": "native", "shadowed": False}
     d = data["diagnostics"]
@@ -478,3 +479,231 @@ def test_first_use_extracts_builtins(tmp_path):
     assert "My review" in md.read_text()
     ok(sb.run("skill", "delete", "code-analysis"))
     assert "code-analysis" not in ok(sb.run("skill", "list", "-q")).stdout
+
+
+# --- terminal safety, names, resources, seed metadata ----------------------------------------
+
+# Escape sequences and controls a SKILL.md can carry: clear screen, set the window
+# title, carriage return, a forged row, the 8-bit CSI and a right-to-left override.
+HOSTILE = "\x1b[2J\x1b]0;pwn\x07 cleared\r\nFAKE ROW\x9b31m \u202egnp.exe\x7f"
+
+
+def raw(sb, *args, env=None) -> subprocess.CompletedProcess:
+    """Run the CLI and keep stdout/stderr as bytes (what reaches the terminal)."""
+    return subprocess.run([*RNIXFS, *args], cwd=sb.project, env=env or sb.env,
+                          capture_output=True, timeout=60)
+
+
+def assert_terminal_safe(data: bytes) -> str:
+    """No C0 control but newline and tab, no DEL, no C1 control, no bidi override."""
+    bad = [b for b in data if (b < 0x20 and b not in b"\n\t") or b == 0x7F]
+    assert not bad, data
+    text = data.decode("utf-8")
+    assert not [c for c in text if 0x80 <= ord(c) <= 0x9F or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"], text
+    return text
+
+
+def yaml_quoted(text: str) -> str:
+    return json.dumps(text)       # a JSON string is a valid YAML double-quoted scalar
+
+
+def test_hostile_names_and_descriptions_are_escaped_for_humans(sb):
+    sb.put("pn", "evil", yaml_quoted(HOSTILE), extra=f"metadata:\n  version: {yaml_quoted('1' + HOSTILE[:4])}\n")
+    d = sb.root("pn") / "forged"
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text(f"---\nname: {yaml_quoted('forged' + HOSTILE)}\ndescription: d\n---\n"
+                                f"body \x1b[2J line\x9b\r\nnext\tcol\n")
+    res = raw(sb, "skill", "list")
+    assert res.returncode == 0
+    out = assert_terminal_safe(res.stdout)
+    lines = out.splitlines()
+    assert len(lines) == 3, out                       # header + two rows: no forged row
+    assert "\\x1b[2J\\x1b]0;pwn\\a cleared FAKE ROW" in lines[1]   # description: escaped and folded
+    assert lines[2].startswith("[skill] forged\\x1b[2J\\x1b]0;pwn\\a cleared\\r\\nFAKE ROW\\x9b31m")
+    assert_terminal_safe(res.stderr)
+    for name in ("evil", "forged" + HOSTILE):
+        res = raw(sb, "skill", "show", name)
+        assert res.returncode == 0, res.stderr
+        out = assert_terminal_safe(res.stdout)
+    assert "body \\x1b[2J line\\x9b\nnext\tcol" in out          # the body keeps its lines and tabs
+    assert "name: forged\\x1b[2J\\x1b]0;pwn\\a cleared\\r\\nFAKE ROW\\x9b31m \\u202egnp.exe\\x7f" in out
+    # --json stays exact: the same strings come back after parsing
+    res = raw(sb, "skill", "list", "--json")
+    assert_terminal_safe(res.stdout)
+    skills = {s["name"]: s for s in json.loads(res.stdout)["data"]["skills"]}
+    assert skills["evil"]["description"] == HOSTILE.strip() and skills["evil"]["version"] == "1" + HOSTILE[:4]
+    assert "forged" + HOSTILE in skills
+    data = json.loads(raw(sb, "skill", "show", "forged" + HOSTILE, "--json").stdout)["data"]
+    assert data["name"] == "forged" + HOSTILE and data["body"] == "body \x1b[2J line\x9b\r\nnext\tcol"
+    # errors and warnings are escaped too
+    res = raw(sb, "skill", "show", "ghost\x1b[2J")
+    assert res.returncode == 1 and b"ghost\\x1b[2J" in res.stderr
+    assert_terminal_safe(res.stderr)
+    res = raw(sb, "skill", "validate", "forged" + HOSTILE)
+    assert res.returncode == 1
+    assert_terminal_safe(res.stdout + res.stderr)
+
+
+def test_hostile_directory_names_in_warnings(sb):
+    d = sb.root("pn") / "dir\x1b[2J\nrow"
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nname: x\n---\n")          # skipped: its path is in the warning
+    res = raw(sb, "skill", "list")
+    err = assert_terminal_safe(res.stderr)
+    assert "dir\\x1b[2J\\nrow: missing description" in err
+
+
+def test_long_and_wide_names_keep_columns_aligned(sb):
+    from wcwidth import wcswidth
+
+    names = ["a" * 60, "b" * 70, "日本語-スキル", "short"]
+    for n in names:
+        sb.put("pn", n, "same description")
+    lines = ok(sb.run("skill", "list")).stdout.splitlines()
+    # every row's DESCRIPTION starts at the same display column as the header's
+    header_col = wcswidth(lines[0][:lines[0].index("DESCRIPTION")])
+    for line in lines[1:]:
+        assert wcswidth(line[:line.index("same description")]) == header_col, line
+    assert any(ln.startswith("[skill] " + "b" * 61 + "... ") for ln in lines)   # over 64: cut
+    assert any(ln.startswith("[skill] " + "a" * 60 + " ") for ln in lines)      # kept whole
+    assert len(lines[0]) == len(HEADER) + 44                                     # NAME grew to 64
+
+
+def test_list_and_show_use_the_frontmatter_name(sb):
+    sb.put("pn", "dir-a", "declared alpha", declared="alpha")
+    sb.put("un", "alpha", "the user's alpha")           # a different directory, same name, lower scope
+    res = ok(sb.run("skill", "list"))
+    rows = res.stdout.splitlines()[1:]
+    assert [r.split()[1] for r in rows] == ["alpha"] and "declared alpha" in rows[0]
+    assert 'name mismatch parent dir (manifest.Name="alpha", parentDir="dir-a")' in res.stderr
+    assert (f'shadowed skill "alpha": winner={sb.root("pn") / "dir-a"} (project/native); '
+            f'shadowed={sb.root("un") / "alpha"} (user/native)') in res.stderr
+    out = ok(sb.run("skill", "show", "alpha")).stdout.splitlines()
+    assert out[:3] == ["name: alpha", "directory: dir-a", "description: declared alpha"]
+    assert ok(sb.run("skill", "show", "dir-a")).stdout.splitlines()[0] == "name: alpha"   # fallback
+    data = json.loads(ok(sb.run("skill", "list", "--json")).stdout)["data"]["skills"]
+    assert [(s["name"], s["directory"]) for s in data] == [("alpha", "dir-a")]
+    assert ok(sb.run("skill", "list", "-q")).stdout == "alpha\n"
+    res = ok(sb.run("skill", "delete", "alpha"))            # delete goes by the same name
+    assert not (sb.root("pn") / "dir-a").exists()
+    assert f"alpha now resolves to {sb.root('un') / 'alpha'} (user/native)" in res.stdout
+
+
+def test_nfc_and_nfd_names_are_one_name(sb):
+    import unicodedata
+
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    assert nfc != nfd
+    d = sb.put("pn", nfd, "decomposed directory", declared=nfc)
+    res = ok(sb.run("skill", "list"))
+    assert "mismatch" not in res.stderr and res.stdout.splitlines()[1].startswith(f"[skill] {nfc} ")
+    ok(sb.run("skill", "validate", str(d)))                 # validate agrees with loading
+    for arg in (nfc, nfd):
+        assert ok(sb.run("skill", "show", arg)).stdout.startswith(f"name: {nfc}\n")
+        ok(sb.run("skill", "validate", arg))
+    ok(sb.run("skill", "create", unicodedata.normalize("NFD", "thé"), "--project", str(sb.project)))
+    assert (sb.root("pn") / unicodedata.normalize("NFC", "thé") / "SKILL.md").is_file()   # stored NFC
+    fails(sb.run("skill", "create", nfc, "--project", str(sb.project)), "already exists")
+
+
+def test_seed_style_metadata_loads_with_a_warning_but_does_not_validate(sb):
+    d = sb.put("pn", "seedy", "seed style", extra=(
+        "tags: [a, b]\ntriggers:\n  keywords: [x, y]\n  nested:\n    deep: '1'\n"
+        "metadata:\n  version: '1.0'\n  tags: [a, b]\n  author:\n    name: me\n"))
+    res = ok(sb.run("skill", "list"))
+    assert res.stdout.splitlines()[1].startswith("[skill] seedy                1.0 ")
+    assert (f"[skill] warning: {d}: metadata: metadata is not a mapping of string keys to string "
+            f"values (type=mapping; non-text values kept as written)") in res.stderr
+    data = json.loads(ok(sb.run("skill", "show", "seedy", "--json")).stdout)["data"]
+    assert data["metadata"] == {"version": "1.0", "tags": ["a", "b"], "author": {"name": "me"}}
+    err = fails(sb.run("skill", "validate", "seedy")).stderr
+    assert "Field 'metadata' must be a mapping of string keys to string values" in err
+    assert "Unexpected fields in frontmatter: tags, triggers." in err
+    # a malformed allowed-tools still skips: a grant that cannot be read is no grant
+    sb.put("pn", "tools", extra="allowed-tools:\n  Bash: yes\n")
+    res = ok(sb.run("skill", "list"))
+    assert "skipped skill at" in res.stderr and "invalid allowed-tools" in res.stderr
+    assert "tools" not in ok(sb.run("skill", "list", "-q")).stdout.split()
+
+
+def test_show_lists_every_file_of_the_skill(sb, tmp_path):
+    d = sb.put("pn", "full")
+    for rel in ("LICENSE.txt", "templates/page.html", "examples/a/b/c.md", "scripts/run.sh",
+                ".git/config", ".DS_Store", "nested/.hidden"):
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(rel)
+    os.symlink("templates/page.html", d / "inside-link.html")     # stays inside: listed
+    os.symlink(tmp_path, d / "outside-dir")                         # leaves the skill: not followed
+    os.symlink("/etc/passwd", d / "outside-file")
+    os.symlink(".", d / "examples" / "loop")                        # a loop: walked once
+    data = json.loads(ok(sb.run("skill", "show", "full", "--json", timeout=60)).stdout)["data"]
+    assert data["resources"] == ["LICENSE.txt", "examples/a/b/c.md", "inside-link.html",
+                                 "scripts/run.sh", "templates/page.html"]
+    out = ok(sb.run("skill", "show", "full")).stdout
+    assert "resource: LICENSE.txt\n" in out and "outside" not in out
+
+
+def test_validate_takes_a_name(sb):
+    sb.put("pn", "good")
+    sb.put("pn", "dir-b", declared="beta")
+    res = ok(sb.run("skill", "validate", "good"))
+    assert res.stdout == f"Valid skill: {sb.root('pn') / 'good'}\n"
+    res = fails(sb.run("skill", "validate", "beta"))                  # by frontmatter name
+    assert f"Validation failed for {sb.root('pn') / 'dir-b'}:" in res.stderr
+    assert "Directory name 'dir-b' must match skill name 'beta'" in res.stderr
+    fails(sb.run("skill", "validate", "nosuch"), "Path does not exist: nosuch")
+    # an existing path wins over a name
+    (sb.project / "good").mkdir()
+    fails(sb.run("skill", "validate", "good"), "Missing required file: SKILL.md")
+    j = json.loads(ok(sb.run("skill", "validate", "--json", "good", "--project", str(sb.project),
+                             cwd=sb.tmp)).stdout)
+    assert j["data"]["valid"] is True
+
+
+def test_create_shared(sb):
+    res = ok(sb.run("skill", "create", "shared-one", "--shared", "--project", str(sb.project)))
+    assert (sb.root("pa") / "shared-one" / "SKILL.md").is_file()
+    assert "(project/agents:" in res.stdout
+    res = ok(sb.run("skill", "create", "shared-two", "--shared", "-g"))
+    assert (sb.root("ua") / "shared-two" / "SKILL.md").is_file() and "(user/agents:" in res.stdout
+    ok(sb.run("skill", "validate", "shared-two"))
+
+
+def editor(sb, script: str) -> dict:
+    path = sb.tmp / "editor.sh"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    env = dict(sb.env, EDITOR=f"{path} --flag")
+    env.pop("VISUAL", None)
+    return env
+
+
+def test_create_edit_opens_the_editor(sb):
+    env = editor(sb, '[ "$1" = --flag ] || exit 9\n'
+                     'sed -i "s/^description: .*/description: Written in the editor./" "$2"\n'
+                     'echo "Edited body." >> "$2"\n')
+    res = subprocess.run([*RNIXFS, "skill", "create", "edited", "--edit", "--project", str(sb.project)],
+                         cwd=sb.project, env=env, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    text = (sb.root("pn") / "edited" / "SKILL.md").read_text()
+    assert "description: Written in the editor." in text and text.endswith("Edited body.\n")
+    ok(sb.run("skill", "validate", "edited"))
+
+
+def test_create_edit_failures_create_nothing(sb):
+    for script, msg in (('echo "---" > "$2"\n', "SKILL.md missing closing ---"),
+                        ('sed -i "s/^name: .*/name: other/" "$2"\n', "must match skill name 'other'"),
+                        ("exit 3\n", "the editor exited with status 3")):
+        env = editor(sb, script)
+        res = subprocess.run([*RNIXFS, "skill", "create", "draft", "--edit", "--project", str(sb.project)],
+                             cwd=sb.project, env=env, capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+        assert res.returncode == 1 and msg in res.stderr, res.stderr
+        assert not (sb.root("pn") / "draft").exists()
+        kept = res.stderr.split("kept at ")[1].strip()
+        assert os.path.isfile(kept)                       # the user's edits are not lost
+    env = dict(sb.env, EDITOR="", VISUAL="", PATH="/nonexistent")
+    res = subprocess.run([*RNIXFS, "skill", "create", "draft", "--edit"], cwd=sb.project, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "--edit needs an editor" in res.stderr

@@ -110,8 +110,8 @@ def test_lenient_tier_in_resolution(cid, tmp_path):
     diag = res.diagnostics
     if tier == "skip":
         assert [e.path for e in diag.skipped] == [str(root / src.name)]
-        assert src.name not in res.skills
+        assert s not in res.skills.values()
     elif tier == "warn":
-        assert diag.lenient and not diag.skipped and src.name in res.skills
+        assert diag.lenient and not diag.skipped and res.skills[s.ref_name] is s
     else:
-        assert not diag.lenient and not diag.skipped and src.name in res.skills
+        assert not diag.lenient and not diag.skipped and res.skills[s.ref_name] is s

@@ -220,7 +220,6 @@ def test_lenient_long_name_detail():
     ({"name": "", "description": "d"}, "missing name"),
     ({"name": "a"}, "missing description"),
     ({"name": "a", "description": "  "}, "missing description"),
-    ({"name": "a", "description": "d", "metadata": "x"}, "invalid metadata"),
     ({"name": "a", "description": "d", "allowed-tools": {"a": "b"}}, "invalid allowed-tools"),
 ])
 def test_lenient_skips(fm, reason):
@@ -260,7 +259,7 @@ def test_resources_on_demand_and_confined(tmp_path):
     (d / "assets").mkdir()
     os.symlink(secret, d / "assets" / "leak.txt")
     s = load(d)
-    assert s.resources() == ["scripts/run.sh", "references/REF.md"]
+    assert s.resources() == ["references/REF.md", "scripts/run.sh"]   # the outside link is left out
     assert s.read_resource("scripts/run.sh") == b"echo hi\n"
     for bad in ("../secret.txt", "/etc/passwd", "assets/leak.txt", "", "a\x00b"):
         with pytest.raises(SkillError):
@@ -292,3 +291,57 @@ def test_split_tools_forms():
 
 def test_goquote_like_go():
     assert goquote('a"b\\c\n\x01é') == '"a\\"b\\\\c\\n\\x01é"'
+
+
+# --- lenient tiers for seed-style fields, names in one normal form ---------------------------
+
+
+@pytest.mark.parametrize("fm,field", [
+    ({"metadata": "x"}, "metadata"),
+    ({"metadata": {"tags": ["a", "b"], "author": {"name": "me"}}}, "metadata"),
+    ({"license": ["MIT", "Apache-2.0"]}, "license"),
+    ({"compatibility": {"os": "linux"}}, "compatibility"),
+    ({"synergy": "with everything"}, "synergy"),
+])
+def test_lenient_warns_on_informational_fields(fm, field):
+    warnings = lenient_check({"name": "a", "description": "d", **fm}, "a", "/p/a")
+    assert [w.field for w in warnings] == [field]
+
+
+def test_seed_metadata_is_kept_as_written(tmp_path):
+    d = skill_dir(tmp_path, "seedy", "---\nname: seedy\ndescription: d\nlicense: [MIT]\nsynergy: x\n"
+                                     "metadata:\n  version: '3'\n  tags: [a, b]\n---\n")
+    s = load(d)
+    assert s.valid and s.version == "3" and s.metadata == {"version": "3", "tags": ["a", "b"]}
+    assert s.license is None and s.synergy == []
+    assert {w.field for w in s.lenient} == {"metadata", "license", "synergy"}
+    assert validate_strict(d)                      # validate stays strict
+
+
+def test_name_key_is_the_one_normal_form():
+    import unicodedata
+
+    from rnixfs.skills.parse import name_key
+
+    nfd = unicodedata.normalize("NFD", "café")
+    assert name_key(nfd) == name_key(" café ") == unicodedata.normalize("NFC", "café")
+    assert lenient_check({"name": nfd, "description": "d"}, "café", "/p") == []
+    assert check_name(nfd, "café") == []
+
+
+def test_resources_are_bounded(tmp_path, monkeypatch):
+    import rnixfs.skills.model as model
+
+    d = skill_dir(tmp_path, "many", "---\nname: many\ndescription: d\n---\n")
+    deep = d
+    for i in range(12):
+        deep = deep / f"l{i}"
+        deep.mkdir()
+        (deep / "f.txt").write_text("x")
+    for i in range(30):
+        (d / f"file{i:02}.txt").write_text("x")
+    s = load(d)
+    assert "l0/l1/l2/l3/l4/l5/l6/f.txt" in s.resources()
+    assert not [r for r in s.resources() if r.count("/") >= model.MAX_RESOURCE_DEPTH]
+    monkeypatch.setattr(model, "MAX_RESOURCES", 10)
+    assert len(s.resources()) == 10

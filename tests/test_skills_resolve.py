@@ -10,7 +10,7 @@ import pytest
 
 from rnixfs.skills import (
     SkillInvalid, SkillNotFound, ensure_builtins, find_project, is_trusted, resolve_skills,
-    skill_roots, write_scope,
+    skill_roots, validate_strict, write_scope,
 )
 from rnixfs.skills.builtins import MARKER, packaged
 from rnixfs.skills.trust import check_trust, trust_line
@@ -187,7 +187,8 @@ def test_lenient_warnings_recorded_and_rendered(env):
     put(env.roots["pn"], "renamed", declared="old-name")
     lines = []
     res = resolve(env, warn=lines.append)
-    assert "renamed" in res.skills
+    assert "old-name" in res.skills and res.skills["old-name"].name == "renamed"
+    assert res.winners["renamed"] is res.skills["old-name"]
     assert (f"[skill] warning: {env.roots['pn'] / 'renamed'}: name: name mismatch parent dir "
             f'(manifest.Name="old-name", parentDir="renamed")') in lines
     assert res.diagnostics.to_json()["lenient"][0]["field"] == "name"
@@ -206,8 +207,8 @@ def test_render_order_and_json_channels(env):
     assert set(j["diagnostics"]) == {"warnings", "skipped", "lenient", "trust"}
     assert j["diagnostics"]["skipped"] == [{"path": str(env.roots["pn"] / "bad"),
                                             "reason": "SKILL.md must start with ---"}]
-    assert [s["name"] for s in j["skills"]] == ["dup", "renamed"]
-    assert set(j["skills"][0]) == {"name", "version", "path", "description", "source", "scope",
+    assert [s["name"] for s in j["skills"]] == ["dup", "x"]
+    assert set(j["skills"][0]) == {"name", "directory", "version", "path", "description", "source", "scope",
                                    "namespace", "shadowed"}
 
 
@@ -506,3 +507,76 @@ def test_builtins_concurrent_extraction(env, builtins_on):
         t.join()
     assert sorted(x for r in results for x in r) == ["agents/code-analyst", "skills/code-analysis"]
     assert not [p for p in (env.cfg / "skills").iterdir() if p.name.startswith(".")]
+
+
+# --- reference names (the frontmatter name) -------------------------------------------------
+
+
+def test_lookup_by_frontmatter_name_then_directory(env):
+    put(env.roots["pn"], "dir-a", declared="alpha")
+    put(env.roots["pn"], "beta", declared="gamma")       # a directory named like another skill
+    put(env.roots["un"], "gamma-dir", declared="beta")
+    res = resolve(env)
+    assert sorted(res.skills) == ["alpha", "beta", "gamma"]
+    assert res.lookup("alpha").name == "dir-a" and res.require("alpha") is res.winners["dir-a"]
+    assert res.lookup("beta").name == "gamma-dir"        # the frontmatter name wins over a directory
+    assert res.lookup("dir-a").name == "dir-a"           # a directory name is the fallback
+    assert res.lookup("nope") is None and res.get("nope") is None
+    for bad in ("", "  ", None, "../x"):
+        assert res.lookup(bad) is None
+    assert res.describe("alpha")["directory"] == "dir-a" and res.describe("alpha")["name"] == "alpha"
+    assert res.describe_dir("beta")["name"] == "gamma"   # the mount tree asks by directory
+
+
+def test_one_name_declared_by_two_directories(env):
+    put(env.roots["un"], "zz-first", declared="same", description="user copy")
+    put(env.roots["pa"], "b-other", declared="same", description="project copy, other dir")
+    put(env.roots["pa"], "same", description="project copy, matching dir")
+    res = resolve(env)
+    assert res.skills["same"].description == "project copy, matching dir"   # scope, then dir == name
+    shadows = [(w.skill_name, w.shadowed_path) for w in res.diagnostics.warnings]
+    assert ("same", str(env.roots["pa"] / "b-other")) in shadows
+    assert ("same", str(env.roots["un"] / "zz-first")) in shadows
+    assert set(res.winners) == {"zz-first", "b-other", "same"}            # the tree still has all three
+
+
+def test_broken_copy_keeps_its_directory_name(env):
+    (env.roots["pn"] / "broken").mkdir(parents=True)
+    (env.roots["pn"] / "broken" / "SKILL.md").write_text("---\nname: broken\n---\n")
+    put(env.roots["un"], "other", declared="broken")     # may not stand in for the broken project copy
+    res = resolve(env)
+    assert res.lookup("broken").path == env.roots["pn"] / "broken"
+    assert res.get("broken") is None and "broken" not in res.skills
+    with pytest.raises(SkillInvalid):
+        res.require("broken")
+
+
+def test_nfd_directory_and_nfc_name(env):
+    import unicodedata
+
+    nfc, nfd = (unicodedata.normalize(f, "naïve-café") for f in ("NFC", "NFD"))
+    put(env.roots["pn"], nfd, declared=nfc)
+    res = resolve(env)
+    assert not res.diagnostics.lenient and list(res.skills) == [nfc]
+    assert res.lookup(nfd) is res.lookup(nfc) is res.winners[nfd]
+    assert validate_strict(env.roots["pn"] / nfd) == []
+
+
+def test_agent_skills_resolve_by_frontmatter_name(env):
+    from rnixfs.agents.prompt import select_skills
+
+    put(env.roots["pn"], "dir-a", declared="alpha")
+    put(env.roots["pn"], "b")
+    loaded, available = select_skills(None, resolve(env), ["alpha"])
+    assert [s.ref_name for s in loaded] == ["alpha"] and [s.ref_name for s in available] == ["b"]
+    with pytest.raises(SkillNotFound):
+        select_skills(None, resolve(env), ["alpha-typo"])
+
+
+def test_one_skill_by_two_names_is_loaded_once(env):
+    from rnixfs.agents.prompt import select_skills
+
+    put(env.roots["pn"], "dir-a", declared="alpha")
+    put(env.roots["pn"], "b")
+    loaded, available = select_skills(None, resolve(env), ["alpha", "dir-a"])
+    assert [s.name for s in loaded] == ["dir-a"] and [s.name for s in available] == ["b"]

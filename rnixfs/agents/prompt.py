@@ -100,13 +100,18 @@ def select_skills(agent: AgentManifest | None, resolution, requested: Sequence[s
     for n in list(agent.skills if agent else []) + list(requested):
         if n not in names:
             names.append(n)
-    loaded = [resolution.require(n) for n in names]
+    loaded: list[Skill] = []
+    for n in names:     # a frontmatter name and a directory name may be one skill
+        s = resolution.require(n)
+        if s not in loaded:
+            loaded.append(s)
     if not list_available:
         return loaded, []
     if agent is not None and agent.deferred_skills:
         avail = [resolution.require(n) for n in agent.deferred_skills if n not in names]
+        avail = [s for i, s in enumerate(avail) if s not in loaded and s not in avail[:i]]
     else:
-        avail = [s for n, s in resolution.skills.items() if n not in names]
+        avail = [s for s in resolution.skills.values() if s not in loaded]
     return loaded, sorted(avail, key=lambda s: s.name)
 
 

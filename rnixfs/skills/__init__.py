@@ -7,29 +7,32 @@ API (everything the kernel and the FUSE layer need; no pyfuse3, no trio)::
                    warn: Callable[[str], None] | None = None, home: Path | None = None,
                    scope: "project" | "user" | None = None,
                    max_depth=6, max_dirs=2000, skip_dirs=(".git", "node_modules")) -> Resolution
-        Resolution.winners: dict[name, Skill]      every name's winning copy (valid or not)
-        Resolution.skills: dict[name, Skill]       the loadable ones
+        Resolution.winners: dict[dir, Skill]       every directory name's winning copy (valid or not)
+        Resolution.by_name: dict[name, Skill]      reference (frontmatter, NFKC) name -> copy
+        Resolution.skills: dict[name, Skill]       the loadable ones of by_name
         Resolution.shadowed: dict[name, list[Skill]]
         Resolution.paths: list[ScopePath]          roots with status (not-found | existed-but-empty |
                                                    existed-non-empty | unreadable (...))
         Resolution.diagnostics: Diagnostics        .warnings (shadow) .skipped .lenient .trust
         Resolution.trusted -> bool | None          None when no project root exists
-        Resolution.get(name) -> Skill | None       loadable copy or None
-        Resolution.require(name) -> Skill          raises SkillNotFound / SkillInvalid
+        Resolution.lookup(name) -> Skill | None    by frontmatter name, else directory (valid or not)
+        Resolution.get(name) -> Skill | None       loadable copy or None (via lookup)
+        Resolution.require(name) -> Skill          raises SkillNotFound / SkillInvalid (via lookup)
         Resolution.describe(name) -> dict | None   scope, namespace, path, version, source,
-                                                   shadowed, trust, diagnostics (for xattrs)
+                                                   shadowed, trust, diagnostics (via lookup)
+        Resolution.describe_dir(dir) -> dict | None  the same by directory name (for xattrs)
         Resolution.to_json() -> {"skills": [...], "diagnostics": {...}}   (skill list --json)
         Resolution.warning_lines() -> list[str]    the seeds' stderr lines
     skill_roots(project, config_dir, *, home=None) -> list[ScopePath]   the canonical 2 or 4 roots
-    write_scope(project: Path | None, config_dir: Path, kind="skills"|"agents") -> ScopePath
-        project native when a project is given, else user native
+    write_scope(project: Path | None, config_dir: Path, kind="skills"|"agents", *, shared=False)
+        project native when a project is given, else user native; shared: the .agents namespace
     find_project(start: Path, *, home=None) -> Path | None   nearest dir with .rnix/ (not above $HOME)
 
-    Skill: name (directory name), declared_name, description, license, compatibility,
+    Skill: name (directory name), declared_name, ref_name (NFKC frontmatter name), description, license, compatibility,
            metadata, allowed_tools (normalized), allowed_tools_declared, synergy,
            scope ("project"|"user"), namespace ("native"|"agents"), path, root, skill_md,
            version (metadata.version or ""), source ("builtin" or ""), valid, error,
-           lenient; body() -> str (read once, then frozen); resources() -> list[str];
+           lenient; body() -> str (read once, then frozen); resources() -> list[str] (every file);
            read_resource(rel, limit) -> bytes (confined to the skill directory)
 
     # SKILL.md

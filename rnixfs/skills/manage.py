@@ -8,7 +8,7 @@ from pathlib import Path
 from .builtins import template
 from .model import BadSkillName, Skill, SkillError, SkillExists, SkillNotFound
 from .parse import (
-    MAX_SKILL_MD_BYTES, SKILL_FILE, SkillParseError, check_name, decode_skill_md,
+    MAX_SKILL_MD_BYTES, SKILL_FILE, SkillParseError, check_name, decode_skill_md, name_key,
     parse_skill_md, validate_frontmatter,
 )
 
@@ -42,8 +42,12 @@ def create_skill(name: str, scope_root: Path, *, description: str | None = None,
     Exactly one of several concurrent creators of the same name succeeds; the
     others get SkillExists. With ``confine`` (the project directory, for the
     project scope) the scope root may not be a symlink leading out of it.
+    The name is stored in its normal form (``name_key``: NFKC), so a name
+    typed decomposed (NFD) makes the same directory as one typed composed.
     Returns the new skill directory.
     """
+    if isinstance(name, str):
+        name = name_key(name)
     check_new_name(name)
     if text is None:
         content = skill_template(name, description)
@@ -73,6 +77,10 @@ def create_skill(name: str, scope_root: Path, *, description: str | None = None,
         if not is_within(os.path.realpath(root), os.path.realpath(confine)):
             raise SkillError(f"{root} is a symlink that leaves the project")
     target = root / name
+    twin = _same_name(root, name)
+    if twin is not None:
+        raise SkillExists(f'skill "{name}" already exists at {root / twin} (the same name, '
+                          f'written another way)')
     try:
         os.mkdir(target, 0o755)        # the atomic claim: one creator wins
     except FileExistsError:
@@ -88,6 +96,18 @@ def create_skill(name: str, scope_root: Path, *, description: str | None = None,
     return target
 
 
+def _same_name(root: Path, name: str) -> str | None:
+    """A directory in ``root`` whose name is ``name`` in another Unicode form."""
+    try:
+        with os.scandir(root) as it:
+            for entry in it:
+                if entry.name != name and not entry.name.startswith(".") and name_key(entry.name) == name:
+                    return entry.name
+    except OSError:
+        return None
+    return None
+
+
 def delete_skill(resolution, name: str) -> Skill:
     """Delete the winning copy of ``name`` (valid or not); returns it.
 
@@ -96,11 +116,11 @@ def delete_skill(resolution, name: str) -> Skill:
     """
     if not name or "/" in name or name in (".", "..") or "\x00" in name:
         raise BadSkillName(f"invalid skill name {str(name)[:80]!r}")
-    skill = resolution.winners.get(name)
+    skill = resolution.lookup(name)      # the frontmatter name, else the directory name
     if skill is None:
         raise SkillNotFound(f'skill "{name}" not found')
     path = skill.path
-    if path.parent != skill.root or path.name != name:
+    if path.parent != skill.root or path.name != skill.name:
         raise SkillError(f"refusing to delete {path}: not inside {skill.root}")
     if path.is_symlink():
         try:
@@ -109,7 +129,7 @@ def delete_skill(resolution, name: str) -> Skill:
             raise SkillNotFound(f'skill "{name}" not found') from None
         return skill
     # Rename first (atomic: one deleter wins), then remove at leisure.
-    grave = skill.root / f".{name}.deleted-{os.getpid()}-{id(skill)}"
+    grave = skill.root / f".{skill.name}.deleted-{os.getpid()}-{id(skill)}"
     try:
         os.rename(path, grave)
     except FileNotFoundError:

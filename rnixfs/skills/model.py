@@ -7,13 +7,13 @@ from pathlib import Path
 
 from ..fileio import NotRegularFile, read_regular
 from .parse import (
-    SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, lenient_check,
-    parse_skill_md, read_skill_md,
+    SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, check_synergy, lenient_check,
+    name_key, parse_skill_md, read_skill_md,
 )
 from .tools import normalize_tools, split_tools
 
-RESOURCE_DIRS = ("scripts", "references", "assets")
 MAX_RESOURCE_BYTES = 8 << 20
+MAX_SCANNED = 20000
 MAX_RESOURCES = 2000
 MAX_RESOURCE_DEPTH = 8
 
@@ -38,6 +38,10 @@ class BadSkillName(SkillError):
     pass
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -46,8 +50,9 @@ def is_within(path: str, root: str) -> bool:
 class Skill:
     """One copy of a skill: the directory ``path`` found under scope ``root``.
 
-    ``name`` is the directory name (the key everything resolves by); the
-    frontmatter's own ``name`` is ``declared_name``. ``error`` is set when the
+    ``name`` is the directory name (the mount tree and ``delete`` go by it);
+    the frontmatter's own ``name`` is ``declared_name`` and its normal form,
+    ``ref_name``, is what ``skill list``, agent manifests and lookups use. ``error`` is set when the
     copy is not loadable (the seeds' skip tier); ``lenient`` holds the
     warn-but-load warnings. ``body()`` reads the Markdown body on first call
     and keeps it, so a process sees one frozen body.
@@ -62,7 +67,7 @@ class Skill:
     description: str = ""
     license: str | None = None
     compatibility: str | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)   # as written (seed-style lists kept)
     allowed_tools_declared: list[str] = field(default_factory=list)
     allowed_tools: list[str] = field(default_factory=list)
     synergy: list[dict] = field(default_factory=list)
@@ -87,6 +92,13 @@ class Skill:
     def valid(self) -> bool:
         return self.error is None
 
+    @property
+    def ref_name(self) -> str:
+        """The name a skill is referred to by: its frontmatter ``name`` in the
+        normal form (:func:`name_key`), or the directory name when the copy is
+        not loadable and has none."""
+        return name_key(self.declared_name) if self.declared_name else self.name
+
     # --- loading -----------------------------------------------------------------
 
     def _checked_md(self) -> Path:
@@ -110,15 +122,15 @@ class Skill:
             return self
         self.declared_name = fm["name"]
         self.description = fm["description"].strip()
-        self.license = fm.get("license") or None
-        self.compatibility = fm.get("compatibility") or None
+        self.license = _text(fm.get("license"))
+        self.compatibility = _text(fm.get("compatibility"))
         meta = fm.get("metadata")
         self.metadata = dict(meta) if isinstance(meta, dict) else {}
         self.allowed_tools_declared = split_tools(fm.get("allowed-tools"))
         self.allowed_tools = normalize_tools(self.allowed_tools_declared)
         syn = fm.get("synergy")
         self.synergy = [{"with": s["with"].strip(), "instruction": s.get("instruction", "")}
-                        for s in syn] if isinstance(syn, list) else []
+                        for s in syn] if isinstance(syn, list) and not check_synergy(syn) else []
         return self
 
     def body(self) -> str:
@@ -136,26 +148,56 @@ class Skill:
     # --- resources -----------------------------------------------------------------
 
     def resources(self) -> list[str]:
-        """Relative paths of the files under scripts/, references/, assets/."""
+        """Relative paths of every file of the skill except its SKILL.md, sorted.
+
+        Bounded (``MAX_RESOURCES`` files, ``MAX_RESOURCE_DEPTH`` levels,
+        ``MAX_SCANNED`` directory entries). Dot-files and dot-directories
+        (``.git``, ``.DS_Store``) are not listed. A symlink is listed (by its
+        own path) or descended into only when its target stays inside the
+        skill directory; each real directory is walked once (no loops).
+        """
         base = os.path.realpath(self.path)
         if self.confine is not None and not is_within(base, self.confine):
             return []
         out: list[str] = []
-        for top in RESOURCE_DIRS:
-            start = os.path.join(base, top)
-            for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-                depth = os.path.relpath(dirpath, base).count(os.sep)
-                if depth >= MAX_RESOURCE_DEPTH:
-                    dirnames.clear()
-                dirnames.sort()
-                for fn in sorted(filenames):
-                    full = os.path.join(dirpath, fn)
-                    real = os.path.realpath(full)
-                    if is_within(real, base) and os.path.isfile(real):
-                        out.append(os.path.relpath(full, base))
-                        if len(out) >= MAX_RESOURCES:
-                            return out
-        return out
+        seen: set[tuple[int, int]] = set()
+        scanned = 0
+        stack = [("", 0)]
+        while stack:
+            rel_dir, depth = stack.pop()
+            full_dir = os.path.join(base, rel_dir) if rel_dir else base
+            try:
+                st = os.stat(full_dir)
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                with os.scandir(full_dir) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                continue
+            subdirs = []
+            for entry in entries:
+                scanned += 1
+                if scanned > MAX_SCANNED:
+                    return sorted(out)
+                if entry.name.startswith("."):
+                    continue
+                rel = os.path.join(rel_dir, entry.name) if rel_dir else entry.name
+                try:
+                    if entry.is_symlink() and not is_within(os.path.realpath(entry.path), base):
+                        continue
+                    is_dir, is_file = entry.is_dir(), entry.is_file()
+                except OSError:
+                    continue
+                if is_dir:
+                    if depth + 1 < MAX_RESOURCE_DEPTH:
+                        subdirs.append((rel, depth + 1))
+                elif is_file and rel != SKILL_FILE:
+                    out.append(rel)
+                    if len(out) >= MAX_RESOURCES:
+                        return sorted(out)
+            stack.extend(reversed(subdirs))
+        return sorted(out)
 
     def read_resource(self, rel: str, limit: int = MAX_RESOURCE_BYTES) -> bytes:
         """Bytes of one file inside the skill directory (never outside it)."""
@@ -183,7 +225,8 @@ class Skill:
 
     def to_json(self) -> dict:
         d = {
-            "name": self.name,
+            "name": self.ref_name,
+            "directory": self.name,
             "declared_name": self.declared_name,
             "description": self.description,
             "version": self.version,

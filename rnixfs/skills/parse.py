@@ -189,7 +189,7 @@ def check_name(name, dir_name: str | None = None) -> list[str]:
     """The spec's rules for ``name`` (and the parent-directory match)."""
     if not isinstance(name, str) or not name.strip():
         return ["Field 'name' must be a non-empty string"]
-    name = unicodedata.normalize("NFKC", name.strip())
+    name = name_key(name)
     errors = []
     if len(name) > MAX_NAME_LEN:
         errors.append(f"Skill name '{name}' exceeds {MAX_NAME_LEN} character limit ({len(name)} chars)")
@@ -202,7 +202,7 @@ def check_name(name, dir_name: str | None = None) -> list[str]:
     if not all(c.isalnum() or c == "-" for c in name):
         errors.append(f"Skill name '{name}' contains invalid characters. "
                       "Only letters, digits, and hyphens are allowed.")
-    if dir_name is not None and unicodedata.normalize("NFKC", dir_name) != name:
+    if dir_name is not None and name_key(dir_name) != name:
         errors.append(f"Directory name '{dir_name}' must match skill name '{name}'")
     return errors
 
@@ -339,11 +339,33 @@ def goquote(s: str) -> str:
     return "".join(out)
 
 
+def name_key(name: str) -> str:
+    """The one normal form of a skill name, as ``skills-ref`` uses it: stripped, NFKC.
+
+    Validation, the lenient tiers, lookups by name and ``skill create`` all
+    compare names in this form, so an NFD name in an NFC directory (or the
+    reverse, as macOS writes them) is the same name everywhere.
+    """
+    return unicodedata.normalize("NFKC", name.strip())
+
+
+# Optional fields whose wrong shape only costs information: the skill loads,
+# the field is dropped (or, for metadata, kept as written), with a warning.
+_INFORMATIONAL = (
+    ("metadata", check_metadata, "a mapping of string keys to string values"),
+    ("synergy", check_synergy, "a list of {with, instruction} mappings"),
+)
+
+
 def lenient_check(fm: dict, dir_name: str, path: str) -> list[LenientWarning]:
     """The seeds' lenient tiers on parsed frontmatter.
 
     Raises LenientSkip("missing name" / "missing description" / a type
-    reason); returns the warn-but-load warnings otherwise.
+    reason); returns the warn-but-load warnings otherwise. ``allowed-tools``
+    of the wrong shape skips the skill (a grant that cannot be read must not
+    become "unrestricted"); seed-style ``metadata`` (lists, nested maps, a
+    scalar), a malformed ``synergy`` and a non-text ``license`` or
+    ``compatibility`` only warn.
     """
     name = fm.get("name")
     if name is None or name == "":
@@ -355,22 +377,30 @@ def lenient_check(fm: dict, dir_name: str, path: str) -> list[LenientWarning]:
         raise LenientSkip("invalid description: must be text")
     if not (description or "").strip():
         raise LenientSkip("missing description")
-    for key, check, want in (
-            ("allowed-tools", check_allowed_tools, "a space-delimited string or a list of strings"),
-            ("metadata", check_metadata, "a mapping of string keys to string values"),
-            ("synergy", check_synergy, "a list of {with, instruction} mappings")):
+    tools = fm.get("allowed-tools")
+    if "allowed-tools" in fm and tools != "" and check_allowed_tools(tools):
+        raise LenientSkip("invalid allowed-tools: must be a space-delimited string or a list of strings")
+    warnings = []
+    for key, check, want in _INFORMATIONAL:
         if key in fm and fm[key] != "" and check(fm[key]):
-            raise LenientSkip(f"invalid {key}: must be {want}")
+            warnings.append(LenientWarning(path, key, f"{key} is not {want}",
+                                           f"type={_shape(fm[key])}; " + (
+                                               "non-text values kept as written" if key == "metadata"
+                                               and isinstance(fm[key], dict) else "ignored")))
     for key in ("license", "compatibility"):
         if key in fm and not isinstance(fm[key], str):
-            raise LenientSkip(f"invalid {key}: must be text")
-    warnings = []
-    if name != dir_name:
+            warnings.append(LenientWarning(path, key, f"{key} is not text", f"type={_shape(fm[key])}; ignored"))
+    key = name_key(name)
+    if key != name_key(dir_name):
         warnings.append(LenientWarning(
             path, "name", "name mismatch parent dir",
             f"manifest.Name={goquote(name)}, parentDir={goquote(dir_name)}"))
-    if len(name) > MAX_NAME_LEN:
+    if len(key) > MAX_NAME_LEN:
         warnings.append(LenientWarning(
             path, "name", f"name exceeds {MAX_NAME_LEN} chars",
-            f"truncated={goquote(name[:MAX_NAME_LEN - 3] + '...')} (full len={len(name)})"))
+            f"truncated={goquote(key[:MAX_NAME_LEN - 3] + '...')} (full len={len(key)})"))
     return warnings
+
+
+def _shape(value) -> str:
+    return {dict: "mapping", list: "list", str: "text"}.get(type(value), type(value).__name__)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import Skill, SkillInvalid, SkillNotFound, is_within
-from .parse import LenientWarning, goquote
+from .parse import LenientWarning, goquote, name_key
 from .trust import TrustWarning, check_trust, trust_line
 
 PROJECT, USER = "project", "user"
@@ -116,10 +116,21 @@ def find_project(start: Path, *, home: Path | None = None) -> Path | None:
         d = d.parent
 
 
-def write_scope(project: Path | None, config_dir: Path, kind: str = "skills") -> ScopePath:
-    """Where a new skill/agent goes: project native if a project is given, else user native."""
+def write_scope(project: Path | None, config_dir: Path, kind: str = "skills", *,
+                shared: bool = False, home: Path | None = None) -> ScopePath:
+    """Where a new skill/agent goes: project native if a project is given, else user native.
+
+    ``shared`` (skills only) picks the scope's ``.agents/skills`` namespace
+    instead, the one other agent tools read too.
+    """
     if kind not in ("skills", "agents"):
         raise ValueError("kind must be 'skills' or 'agents'")
+    if shared:
+        if kind != "skills":
+            raise ValueError("only skills have a shared (.agents) namespace")
+        base = Path(os.path.abspath(project)) if project is not None else home_dir(home)
+        path = base / ".agents" / "skills"
+        return ScopePath(path, PROJECT if project is not None else USER, AGENTS, path_status(path))
     if project is not None:
         path = Path(os.path.abspath(project)) / ".rnix" / kind
         return ScopePath(path, PROJECT, NATIVE, path_status(path))
@@ -197,8 +208,15 @@ class Diagnostics:
 
 @dataclass
 class Resolution:
-    """What ``resolve_skills`` found. ``winners`` has every name (valid or
-    not); ``skills`` only the loadable ones."""
+    """What ``resolve_skills`` found.
+
+    ``winners`` maps every skill *directory* name to its winning copy (valid
+    or not): the mount tree, ``delete`` and the extended attributes go by
+    it. ``by_name`` maps every *reference* name (the frontmatter ``name`` in
+    its normal form, see ``Skill.ref_name``) to the copy it refers to:
+    ``skill list``, ``skill show``, agent manifests and the Skill tool go by
+    it. ``skills`` holds the loadable ones of ``by_name``.
+    """
 
     project: Path | None
     config_dir: Path
@@ -207,20 +225,30 @@ class Resolution:
     shadowed: dict[str, list[Skill]]
     diagnostics: Diagnostics
     truncated: bool = False
+    by_name: dict[str, Skill] = field(default_factory=dict)
 
     @property
     def skills(self) -> dict[str, Skill]:
-        return {n: s for n, s in self.winners.items() if s.valid}
+        """Loadable skills by reference name."""
+        return {n: s for n, s in self.by_name.items() if s.valid}
 
     def names(self) -> list[str]:
         return sorted(self.skills)
 
+    def lookup(self, name: str) -> Skill | None:
+        """The copy ``name`` refers to, valid or not: by frontmatter name (in
+        its normal form), else by directory name; None if neither."""
+        if not isinstance(name, str) or not name.strip():
+            return None
+        s = self.by_name.get(name_key(name))
+        return s if s is not None else self.winners.get(name)
+
     def get(self, name: str) -> Skill | None:
-        s = self.winners.get(name)
+        s = self.lookup(name)
         return s if s is not None and s.valid else None
 
     def require(self, name: str) -> Skill:
-        s = self.winners.get(name)
+        s = self.lookup(name)
         if s is None:
             raise SkillNotFound(f'skill "{name}" not found')
         if not s.valid:
@@ -235,13 +263,19 @@ class Resolution:
         return not self.diagnostics.trust
 
     def describe(self, name: str) -> dict | None:
-        """Everything known about a name (for `skill show` and extended attributes)."""
-        s = self.winners.get(name)
-        if s is None:
-            return None
+        """Everything known about the skill ``name`` refers to (`skill show`)."""
+        s = self.lookup(name)
+        return None if s is None else self._describe(s)
+
+    def describe_dir(self, directory: str) -> dict | None:
+        """Everything known about the skill directory ``directory`` (extended attributes)."""
+        s = self.winners.get(directory)
+        return None if s is None else self._describe(s)
+
+    def _describe(self, s: Skill) -> dict:
         d = s.to_json()
         d["shadowed"] = [{"path": str(c.path), "scope": c.scope, "namespace": c.namespace}
-                         for c in self.shadowed.get(name, [])]
+                         for c in self.shadowed.get(s.name, [])]
         trust = None
         if s.scope == PROJECT:
             from .trust import is_trusted, project_dir_of
@@ -257,10 +291,10 @@ class Resolution:
 
     def list_entries(self) -> list[dict]:
         """The seeds' ListEntry objects for the loadable skills, sorted by name."""
-        return [{"name": s.name, "version": s.version, "path": str(s.path),
+        return [{"name": n, "directory": s.name, "version": s.version, "path": str(s.path),
                  "description": s.description, "source": s.source, "scope": s.scope,
                  "namespace": s.namespace, "shadowed": False}
-                for _, s in sorted(self.skills.items())]
+                for n, s in sorted(self.skills.items())]
 
     def to_json(self) -> dict:
         return {"skills": self.list_entries(), "diagnostics": self.diagnostics.to_json()}
@@ -381,6 +415,7 @@ def resolve_skills(
                 shadowed.setdefault(name, []).append(skill)
                 diag.warnings.append(ShadowWarning(name, str(win.path), win.scope, win.namespace,
                                                    str(skill.path), skill.scope, skill.namespace))
+    by_name = _index_by_name(winners, roots, diag)
     for name in sorted(winners):
         s = winners[name]
         if s.error is not None:
@@ -397,7 +432,28 @@ def resolve_skills(
     return Resolution(project=Path(os.path.abspath(project)) if project is not None else None,
                       config_dir=Path(os.path.abspath(config_dir)), paths=all_paths,
                       winners=dict(sorted(winners.items())), shadowed=shadowed,
-                      diagnostics=diag, truncated=walker.truncated)
+                      diagnostics=diag, truncated=walker.truncated, by_name=by_name)
+
+
+def _index_by_name(winners: dict[str, Skill], roots: list[ScopePath],
+                   diag: Diagnostics) -> dict[str, Skill]:
+    """Reference name -> copy. Two winning directories that declare one name:
+    the one in the higher-priority root wins, then the one whose directory
+    is that name, then the first directory in sort order; the other is
+    reported as shadowed (a warning, like a shadowed directory)."""
+    order = {str(r.path): i for i, r in enumerate(roots)}
+    ranked = sorted(winners.values(), key=lambda s: (
+        order.get(str(s.root), len(order)), name_key(s.name) != s.ref_name, s.name))
+    out: dict[str, Skill] = {}
+    for s in ranked:
+        key = s.ref_name
+        win = out.get(key)
+        if win is None:
+            out[key] = s
+            continue
+        diag.warnings.append(ShadowWarning(key, str(win.path), win.scope, win.namespace,
+                                           str(s.path), s.scope, s.namespace))
+    return dict(sorted(out.items()))
 
 
 def _skill_dir_names(root: Path, diag: Diagnostics) -> list[str]:
@@ -420,5 +476,8 @@ def _skill_dir_names(root: Path, diag: Diagnostics) -> list[str]:
 
 
 def dumps(obj) -> str:
-    """Compact JSON, one line (what the seeds' CLI prints)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON, one line (what the seeds' CLI prints); characters a
+    terminal would act on are \\u-escaped (rnixfs.textsafe.json_text)."""
+    from ..textsafe import json_text
+
+    return json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
