@@ -14,7 +14,7 @@ from contextlib import aclosing
 import trio
 
 from ...kernel.errors import Code, SyscallError
-from .base import LLMError, LLMTimeout
+from .base import LLMError, LLMReplyTooLarge, LLMTimeout
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,8 @@ class Conversation:
                     self.buffer += b"\n"
             except LLMTimeout as exc:
                 self.error = SyscallError(Code.TIMEOUT, exc.cause, syscall="Read", device=self.device)
+            except LLMReplyTooLarge as exc:
+                self.error = SyscallError(Code.TOO_BIG, exc.cause, syscall="Read", device=self.device)
             except LLMError as exc:
                 self.error = SyscallError(Code.DRIVER, exc.cause, syscall="Read", device=self.device)
             except Exception as exc:  # never take the daemon down for one conversation
@@ -120,6 +122,7 @@ class Conversation:
                 if self.error is not None:
                     log.warning("%s", self.error)
                     self.messages.pop()  # the unanswered message leaves the conversation
+                    parts.clear()  # a capped or killed reply's text is not kept
                 self.streaming = False
                 self._notify()
 
@@ -136,6 +139,9 @@ class Conversation:
         if self.cursor < len(self.buffer):
             data = bytes(self.buffer[self.cursor:self.cursor + size])
             self.cursor += len(data)
+            if self.cursor >= 65536 and self.cursor * 2 >= len(self.buffer):
+                del self.buffer[:self.cursor]  # what was read is not kept
+                self.cursor = 0
             return data
         if self.error is not None:
             err, self.error = self.error, None
@@ -144,5 +150,7 @@ class Conversation:
 
     def close(self) -> None:
         self.closed = True
+        self.buffer = bytearray()  # the handle is gone: so are its bytes
+        self.cursor = 0
         if self._scope is not None:
             self._scope.cancel()
