@@ -12,7 +12,10 @@ agent steps and dev/llm conversations get the same rules, in one place:
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import gc
 import logging
 from contextlib import aclosing
 from typing import AsyncIterator
@@ -54,10 +57,20 @@ class GuardedProvider:
 
     async def stream_chat(self, messages: list[dict], **kw) -> AsyncIterator[ChatChunk]:
         deadline = trio.current_time() + self.max_time
-        size = 0
         text_r = self.redact.stream()
         args_r: dict[int, object] = {}  # tool-call index → its arguments' StreamRedactor
         stream = self.inner.stream_chat(messages, **kw)
+        seen = [0]  # bytes of this reply so far
+        try:
+            async with aclosing(self._capped(stream, deadline, text_r, args_r, seen)) as capped:
+                async for chunk in capped:
+                    yield chunk
+        finally:
+            if seen[0] >= RELEASE_AFTER:
+                release_memory_soon()
+
+    async def _capped(self, stream, deadline, text_r, args_r, seen: list[int]):
+        size = 0
         async with aclosing(stream):
             while True:
                 try:
@@ -75,6 +88,7 @@ class GuardedProvider:
                     raise LLMTimeout(f"reply still streaming after max_reply_time of "
                                      f"{self.max_time:g}s; stopped")
                 size += len(chunk.text.encode()) + sum(_call_size(c) for c in chunk.tool_calls)
+                seen[0] = size
                 if size > self.max_bytes:
                     raise LLMReplyTooLarge(f"reply larger than max_reply_bytes of {self.max_bytes} "
                                            f"bytes; stopped")
@@ -110,6 +124,42 @@ class GuardedProvider:
                 d["function"] = fn
             calls.append(d)
         return dataclasses.replace(chunk, text=text_r.feed(chunk.text), tool_calls=calls)
+
+
+RELEASE_AFTER = 1024 * 1024  # bytes of one reply worth giving back to the OS
+_release_pending = False
+
+
+def release_memory_soon(delay: float = 1.0) -> None:
+    """After a large reply is dropped (done, capped or killed), give its
+    memory back to the OS: a few MiB of small strings leave the C heap
+    fragmented, and glibc keeps freed pages unless asked (malloc_trim)."""
+    global _release_pending
+    if _release_pending:
+        return
+    _release_pending = True
+
+    async def release():
+        global _release_pending
+        try:
+            await trio.sleep(delay)  # the process's frames are gone by then
+            gc.collect()
+            await trio.to_thread.run_sync(_malloc_trim)
+        finally:
+            _release_pending = False
+
+    try:
+        trio.lowlevel.spawn_system_task(release)
+    except RuntimeError:  # no trio run (a test's own loop ended)
+        _release_pending = False
+
+
+def _malloc_trim() -> None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the allocator decides
+        pass
 
 
 def _call_size(delta) -> int:
