@@ -66,29 +66,26 @@ class StreamRedactor:
         if r._re is None:
             return text
         buf = self._carry + text
-        out, pos = [], 0
-        for m in r._re.finditer(buf):
-            out.append(buf[pos:m.start()])
-            out.append(MASK)
-            pos = m.end()
-        tail = buf[pos:]
-        hold = _prefix_suffix(tail, r.secrets)
-        out.append(tail[:len(tail) - hold])
-        self._carry = tail[len(tail) - hold:]
-        return "".join(out)
+        hold = len(buf) - _prefix_suffix(buf, r.secrets)
+        for m in reversed(list(r._re.finditer(buf))):  # a match across the cut waits too
+            if m.start() < hold < m.end():
+                hold = m.start()
+        self._carry = buf[hold:]
+        return r._re.sub(MASK, buf[:hold])
 
     def flush(self) -> str:
-        """What is still held back (the stream ended; it was no secret)."""
+        """What is still held back, redacted (the stream ended)."""
         carry, self._carry = self._carry, ""
-        return carry
+        return self._r(carry) if carry else ""
 
 
 def _prefix_suffix(text: str, secrets: list[str]) -> int:
-    """Length of the longest end of ``text`` that begins some secret."""
+    """Length of the longest end of ``text`` that a secret (longer than that
+    end) begins with: it may still grow into a secret."""
     longest = min(len(text), max((len(s) for s in secrets), default=1) - 1)
     for k in range(longest, 0, -1):
         end = text[-k:]
-        if any(s.startswith(end) for s in secrets):
+        if any(len(s) > k and s.startswith(end) for s in secrets):
             return k
     return 0
 
