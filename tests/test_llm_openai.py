@@ -545,3 +545,53 @@ providers:
     for bad in ("max_reply_bytes: 0", "max_reply_bytes: 1.5", "max_reply_time: -1"):
         with pytest.raises(Exception, match="max_reply"):
             parse_providers(f"providers:\n  b: {{type: openai, base_url: 'http://h', model: m, {bad}}}\n")
+
+
+def test_a_body_that_goes_on_after_done_does_not_hold_the_reply():
+    """[DONE] ends the reply even if the server keeps streaming after it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            events = [b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n',
+                      b"data: [DONE]\n\n"]
+            try:
+                for e in events:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(e), e))
+                end = time.monotonic() + 10  # bounded: a failing driver still ends
+                while not stop.is_set() and time.monotonic() < end:
+                    e = b"data: more\n\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(e), e))
+                    self.wfile.flush()
+                    time.sleep(0.001)
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        cfg = ProviderConfig(name="after", type="openai", model="m", timeout=5.0,
+                             base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+        t0 = time.monotonic()
+        text, chunks = run(OpenAIProvider(cfg), "x")
+        assert text == "hi" and chunks[-1].finish_reason == "stop"
+        assert time.monotonic() - t0 < 5
+    finally:
+        stop.set()
+        httpd.shutdown()
+        httpd.server_close()

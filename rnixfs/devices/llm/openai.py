@@ -23,6 +23,7 @@ from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTi
 log = logging.getLogger(__name__)
 
 _MAX_CAUSE = 200
+_MAX_AFTER_DONE = 16  # events a server may still send after [DONE]
 
 
 class _Truncated(LLMError):
@@ -204,10 +205,16 @@ class OpenAIProvider:
         usage: Usage | None = None
         finish: str | None = None
         done = False
+        after = 0  # events read past [DONE]
         async for ev in self._events(es.response):
             data = ev.data.strip()
-            if done or not data:
+            if done:
+                after += 1
+                if after > _MAX_AFTER_DONE:
+                    break  # a body that goes on after [DONE]: drop the connection
                 continue  # read the body to its end so the connection is reused
+            if not data:
+                continue
             if data == "[DONE]":
                 done = True
                 continue
