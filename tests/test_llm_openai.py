@@ -595,3 +595,20 @@ def test_a_body_that_goes_on_after_done_does_not_hold_the_reply():
         stop.set()
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_text_accumulator_is_compact_and_exact():
+    import sys
+
+    from rnixfs.devices.llm.base import TextAccumulator
+
+    acc = TextAccumulator()
+    assert not acc and acc.text() == "" and not acc.endswith("x")
+    pieces = [chr(97 + i % 26) for i in range(100_000)]
+    for p in pieces:
+        acc.append(p)
+    assert acc.text() == "".join(pieces) and acc.endswith(pieces[-1]) and acc
+    held = sum(sys.getsizeof(b) for b in acc._blocks) + sum(sys.getsizeof(p) for p in acc._pieces)
+    assert held < 3 * len(pieces)  # not ~50 bytes per one-character piece
+    acc.clear()
+    assert not acc

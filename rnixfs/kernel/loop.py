@@ -17,7 +17,7 @@ from contextlib import aclosing
 
 import trio
 
-from ..devices.llm.base import LLMError, LLMReplyTooLarge, LLMTimeout
+from ..devices.llm.base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
 from . import tools as T
 from .errors import Code, SyscallError
 from .process import (
@@ -228,7 +228,7 @@ async def _step(kernel, proc: Process, model: Model):
     if proc.budget.max_tokens is not None:
         remaining = max(1, proc.budget.max_tokens - proc.tokens_in - proc.tokens_out)
     timeout = proc.budget.step_timeout or float("inf")
-    parts: list[str] = []
+    parts = TextAccumulator()  # compact however small the deltas
     deltas: dict[int, dict] = {}
     usage = None
     async with tracer.syscall(proc, "Read", f"FD({model.fd})", device=model.device) as call:
@@ -256,7 +256,8 @@ async def _step(kernel, proc: Process, model: Model):
             err = SyscallError(Code.DRIVER, exc.cause)
             err.status = exc.status  # lets the fallback tell a bad request from an outage
             raise err from None
-        text = "".join(parts)
+        text = parts.text()
+        parts.clear()
         calls = [_joined(deltas[i]) for i in sorted(deltas)]
         call.result = f"{len(text.encode())} bytes" + (f", {len(calls)} tool calls" if calls else "")
     if usage is not None:
@@ -289,7 +290,7 @@ def _merge(deltas: dict[int, dict], d: dict) -> None:
     """Assemble OpenAI tool-call deltas by index (pieces joined once, at the
     end: appending to a string in a dict copies it, quadratic in the reply)."""
     i = d.get("index", 0)
-    call = deltas.setdefault(i, {"id": "", "name": [], "arguments": []})
+    call = deltas.setdefault(i, {"id": "", "name": TextAccumulator(), "arguments": TextAccumulator()})
     if d.get("id"):
         call["id"] = d["id"]
     fn = d.get("function") or {}
@@ -300,8 +301,8 @@ def _merge(deltas: dict[int, dict], d: dict) -> None:
 
 
 def _joined(call: dict) -> dict:
-    return {"id": call["id"], "function": {"name": "".join(call["name"]),
-                                           "arguments": "".join(call["arguments"])}}
+    return {"id": call["id"], "function": {"name": call["name"].text(),
+                                           "arguments": call["arguments"].text()}}
 
 
 def _parse_schema_reply(text: str) -> tuple[str, list[dict]]:

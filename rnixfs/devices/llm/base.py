@@ -85,6 +85,39 @@ class LLMReplyTooLarge(LLMError):
     """One reply went past the provider's ``max_reply_bytes``."""
 
 
+class TextAccumulator:
+    """Reply text gathered piece by piece, stored compactly: a reply of
+    one-character deltas would otherwise keep one Python string (~50 bytes)
+    per character until the step ends. Pieces are joined in blocks, so the
+    cost stays linear in the reply."""
+
+    _BLOCK = 512
+
+    def __init__(self):
+        self._blocks: list[str] = []
+        self._pieces: list[str] = []
+
+    def append(self, piece: str) -> None:
+        self._pieces.append(piece)
+        if len(self._pieces) >= self._BLOCK:
+            self._blocks.append("".join(self._pieces))
+            self._pieces.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._blocks or self._pieces)
+
+    def endswith(self, suffix: str) -> bool:
+        last = self._pieces[-1] if self._pieces else (self._blocks[-1] if self._blocks else "")
+        return last.endswith(suffix)
+
+    def text(self) -> str:
+        return "".join(self._blocks) + "".join(self._pieces)
+
+    def clear(self) -> None:
+        self._blocks.clear()
+        self._pieces.clear()
+
+
 class Provider(Protocol):
     """What the kernel and dev/llm need from a model driver."""
 

@@ -14,7 +14,7 @@ from contextlib import aclosing
 import trio
 
 from ...kernel.errors import Code, SyscallError
-from .base import LLMError, LLMReplyTooLarge, LLMTimeout
+from .base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Conversation:
     async def _stream(self, options: dict) -> None:
         model = options.pop("model", None)
         max_tokens = options.pop("max_tokens", None)
-        parts: list[str] = []
+        parts = TextAccumulator()
         with trio.CancelScope() as scope:
             self._scope = scope
             if self.closed:  # the handle went away before the stream started
@@ -106,8 +106,8 @@ class Conversation:
                             parts.append(chunk.text)
                             self.buffer += chunk.text.encode()
                             self._notify()
-                self.messages.append({"role": "assistant", "content": "".join(parts)})
-                if parts and not parts[-1].endswith("\n"):
+                self.messages.append({"role": "assistant", "content": parts.text()})
+                if parts and not parts.endswith("\n"):
                     self.buffer += b"\n"
             except LLMTimeout as exc:
                 self.error = SyscallError(Code.TIMEOUT, exc.cause, syscall="Read", device=self.device)
