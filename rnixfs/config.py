@@ -22,6 +22,8 @@ LOCAL_NAME = "local"
 LOCAL_MODEL = "SmolLM2-135M-Instruct"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_REPLY_TIME = 1800.0
 _SUPPORTED = ("openai", "local", "claude-cli", "cursor-cli")
 CLI_COMMANDS = {"claude-cli": "claude", "cursor-cli": "cursor-agent"}
 
@@ -65,6 +67,10 @@ class ProviderConfig:
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     max_tokens: int | None = None
+    # Caps on one reply (one agent step, one dev/llm answer): bytes of text
+    # and tool calls, and wall-clock seconds however steadily chunks arrive.
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    max_reply_time: float = DEFAULT_MAX_REPLY_TIME
     # How the model is asked for tool calls: "native" OpenAI function calling,
     # or "schema": a JSON reply constrained by response_format (weak models).
     tool_mode: str = "native"
@@ -85,7 +91,8 @@ class ProviderConfig:
         if self.headers:
             d["headers"] = sorted(self.headers)  # names only: values may be secrets
         d.update(timeout=self.timeout, connect_timeout=self.connect_timeout,
-                 max_retries=self.max_retries)
+                 max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes,
+                 max_reply_time=self.max_reply_time)
         if self.max_tokens is not None:
             d["max_tokens"] = self.max_tokens
         if self.prices:
@@ -112,9 +119,40 @@ class ProvidersConfig:
             env.pop(name, None)
         return env
 
+    def secret_values(self) -> set[str]:
+        """Every string that must never leave the driver: each ``${ENV}``
+        value providers.yaml expands, API keys, header values, and the
+        credentials of a ``base_url`` (as written, decoded, and as the Basic
+        auth header carries them)."""
+        out = {os.environ[n] for n in self.secret_env if os.environ.get(n)}
+        for p in self.providers.values():
+            out.update(v for v in (p.api_key, *p.headers.values()) if v)
+            out.update(url_credentials(p.base_url or ""))
+        return out
+
     def describe(self) -> dict:
         return {"default": self.default,
                 "providers": {n: p.describe() for n, p in self.providers.items()}}
+
+
+def url_credentials(url: str) -> set[str]:
+    """The secret forms of a URL's userinfo (``user:pass@``): raw, decoded,
+    each part, and base64 of ``user:pass`` (the Basic auth header)."""
+    import base64
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return set()
+    if "@" not in parts.netloc:
+        return set()
+    info = parts.netloc.rpartition("@")[0]
+    user, _, password = info.partition(":")
+    out = {info, unquote(info), password, unquote(password)}
+    if password:  # a bare user name is not a secret on its own
+        out.add(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+    return {s for s in out if s}
 
 
 def builtin_local() -> ProviderConfig:
@@ -126,11 +164,12 @@ def builtin_local() -> ProviderConfig:
 
 # --- validation helpers -------------------------------------------------------
 
-_NUM = {"timeout", "connect_timeout", "retry_initial", "retry_max"}
-_INT = {"max_retries", "max_tokens", "ctx", "parallel", "threads"}
+_NUM = {"timeout", "connect_timeout", "retry_initial", "retry_max", "max_reply_time"}
+_INT = {"max_retries", "max_tokens", "ctx", "parallel", "threads", "max_reply_bytes"}
 _STR = {"type", "model", "base_url", "api_key", "tool_mode", "command"}
 _COMMON = {"type", "model", "timeout", "connect_timeout", "max_retries",
-           "retry_initial", "retry_max", "prices", "max_tokens", "tool_mode"}
+           "retry_initial", "retry_max", "prices", "max_tokens", "tool_mode",
+           "max_reply_bytes", "max_reply_time"}
 TOOL_MODES = ("native", "schema")
 _ALLOWED = {
     "openai": _COMMON | {"base_url", "api_key", "headers"},

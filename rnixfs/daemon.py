@@ -21,6 +21,7 @@ from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
 from .devices import sandbox, shell
 from .devices.fs import Workspace
+from .devices.llm.redact import install_log_filter, remove_log_filter
 from .devices.llm.registry import ProviderRegistry
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
@@ -55,7 +56,8 @@ class Daemon:
         self.sandbox: sandbox.Sandbox | None = None
 
     def info(self) -> dict:
-        return {
+        """Facts for ``rnixfs status`` and the root's xattr; no secret in them."""
+        info = {
             "pid": os.getpid(),
             "daemon_id": self.id,
             "version": __version__,
@@ -71,6 +73,7 @@ class Daemon:
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
             "sandbox": self.sandbox.describe() if self.sandbox else None,
         }
+        return self.providers.redactor.data(info) if self.providers else info
 
     async def run(self, on_ready=lambda: None) -> None:
         cfg = self.cfg
@@ -90,6 +93,7 @@ class Daemon:
         store.dispatch = lambda callbacks: token.run_sync_soon(run_all, callbacks)
         store.start()
         self.providers = ProviderRegistry.from_config(providers_cfg, cfg.state_dir)
+        log_filter = install_log_filter(self.providers.redactor)  # no key in daemon.log
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
         self.kernel = Kernel(
@@ -135,6 +139,7 @@ class Daemon:
             store.put_audit(self.id, "umount", {"mountpoint": str(cfg.mountpoint)})
             await trio.to_thread.run_sync(store.stop)
         log.info("stopped")
+        remove_log_filter(log_filter)
 
 
 async def _on_signals(signalled: list[int], ops: Operations) -> None:

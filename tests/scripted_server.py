@@ -36,7 +36,14 @@ DIRECTIVES = """\
 [[fault:429x1:retry-after=1]]   HTTP 429 with a Retry-After header (seconds)
 [[fault:timeout]]               never answer (hangs until the client gives up or stop())
 [[fault:disconnect]]            stream half of the reply, then drop the connection mid-body
-[[fault:malformed]]             send an SSE event that is not JSON
+[[fault:malformed]]             send an SSE event that is not JSON (the queued "error" text
+                                as the first event, when given)
+[[fault:endless]]               stream content deltas (1 KiB each) forever, as fast as the
+                                client reads (chunk-delay slows it), until it goes away
+[[fault:endless-line]]          start a "data:" line and never end it
+[[fault:error-event]]           a 200 event stream whose first event is {"error": ...}
+[[fault:not-sse]]               HTTP 200 whose Content-Type is not text/event-stream (the
+                                queued "error" text rides in it and in the body)
 [[delay:2.5]]                   wait before the first byte
 [[chunk-delay:0.2]]             wait between streamed chunks
 [[reply:some text]]             reply with exactly this text
@@ -44,7 +51,8 @@ DIRECTIVES = """\
 """
 
 _DIRECTIVE_RE = re.compile(r"\[\[([a-z-]+):(.*?)\]\]", re.S)
-_FAULT_RE = re.compile(r"^(?P<kind>\d{3}|timeout|disconnect|malformed)"
+_FAULT_RE = re.compile(r"^(?P<kind>\d{3}|timeout|disconnect|malformed|endless-line|endless"
+                       r"|error-event|not-sse)"
                        r"(?:x(?P<count>\d+))?(?::retry-after=(?P<ra>[\d.]+))?$")
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo "
           "lima mike november oscar papa quebec romeo sierra tango").split()
@@ -128,13 +136,16 @@ class ScriptedServer:
 
     def enqueue(self, reply: dict | str) -> None:
         """Script the next reply: a str or {content, tool_calls, usage, fault,
-        delay, chunk_delay, finish_reason, error, match}. Queued faults apply once
-        (counts ignored); ``error`` is the message of a status fault; a reply
+        delay, chunk_delay, finish_reason, error, match, usage_raw}. Queued faults
+        apply once (counts ignored); ``error`` is the message of a status fault
+        (and the text of malformed/error-event/not-sse); ``usage_raw`` is the
+        usage object as raw JSON text (numbers JSON can carry but Python
+        cannot print, e.g. ``{"prompt_tokens": 1e400}``); a reply
         with ``match`` goes only to a request whose messages contain that text
         (so concurrent agents each get their own script)."""
         if isinstance(reply, str):
             reply = {"content": reply}
-        unknown = set(reply) - {"content", "tool_calls", "usage", "fault", "delay",
+        unknown = set(reply) - {"content", "tool_calls", "usage", "usage_raw", "fault", "delay",
                                 "chunk_delay", "finish_reason", "error", "match"}
         if unknown:
             raise ValueError(f"unknown reply keys: {sorted(unknown)}")
@@ -370,6 +381,15 @@ class _Handler(BaseHTTPRequestHandler):
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         model = body.get("model") or srv.model
         cid = f"chatcmpl-scripted-{next(srv._ids)}"
+        if kind == "not-sse":
+            note = " ".join(str(plan.get("error") or "not an event stream").split())
+            data = f"<html>{note}</html>".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", f"text/html; note={note}")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
 
         if not body.get("stream"):
             if kind == "malformed":
@@ -419,7 +439,10 @@ class _Handler(BaseHTTPRequestHandler):
                                 "finish_reason": finish_reason}] if choices else []}
             if usage_obj is not None:
                 obj["usage"] = usage_obj
-            return b"data: " + json.dumps(obj).encode() + b"\n\n"
+            data = json.dumps(obj)
+            if usage_obj is not None and plan.get("usage_raw"):
+                data = data[:-1] + ', "usage": ' + plan["usage_raw"] + "}"
+            return b"data: " + data.encode() + b"\n\n"
 
         def send(data: bytes, delay: float = 0.0) -> bool:
             if batch:
@@ -430,6 +453,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(data)
             return True
 
+        if kind in ("endless", "endless-line"):
+            batch = False  # an endless body cannot be gathered first
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -437,7 +462,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not batch:
             self.wfile.flush()
+        if kind == "malformed" and plan.get("error"):
+            send(b"data: {" + " ".join(str(plan["error"]).split()).encode() + b"\n\n")
+            return self._finish_body(batch, out)
+        if kind == "error-event":
+            send(b"data: " + json.dumps({"error": {"message": plan.get("error") or "scripted",
+                                                   "type": "scripted_fault"}}).encode() + b"\n\n")
+            return self._finish_body(batch, out)
+        if kind == "endless-line":
+            ok = send(b"data: ")
+            while ok:
+                ok = send(b"a" * 4096)
+            return self._abort()
         ok = send(event({"role": "assistant", "content": ""}))
+        if kind == "endless":
+            piece = " ".join(_WORDS)
+            piece = (piece + " ") * (1024 // (len(piece) + 1))
+            while ok:
+                ok = send(event({"content": piece}), chunk_delay)
+            return self._abort()
         if kind == "malformed":
             ok = ok and send(b"data: {\"choices\": [{\"delta\": {\"content\": \"oops\"\n\n")
         cut = max(1, len(pieces) // 2) if kind == "disconnect" else None
@@ -463,10 +506,16 @@ class _Handler(BaseHTTPRequestHandler):
         ok = ok and send(b"data: [DONE]\n\n")
         if not ok:
             return self._abort()
-        if batch:
-            self._chunk(b"".join(out))
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self._finish_body(batch, out)
+
+    def _finish_body(self, batch: bool, out: list[bytes]) -> None:
+        try:
+            if batch and out:
+                self._chunk(b"".join(out))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
 
 
 def main(argv: list[str] | None = None) -> int:

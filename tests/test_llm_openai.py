@@ -367,3 +367,248 @@ def test_connection_is_reused_between_requests(scripted_server):
     trio.run(main)
     assert len(scripted_server.requests) == 3
     assert scripted_server.connections == 1
+
+
+# --- the driver boundary: caps, usage checks, redaction ----------------------
+
+def guarded(server, redactor=None, **kw):
+    from rnixfs.devices.llm.guard import GuardedProvider
+    return GuardedProvider(make(server, **kw), redactor)
+
+
+def test_endless_reply_capped_in_bytes(scripted_server):
+    from rnixfs.devices.llm.base import LLMReplyTooLarge
+
+    got = []
+
+    async def main():
+        p = guarded(scripted_server, max_reply_bytes=64 * 1024)
+        try:
+            async with aclosing(p.stream_chat([{"role": "user", "content": "[[fault:endless]]"}])) as s:
+                async for c in s:
+                    got.append(c.text)
+        finally:
+            await p.aclose()
+
+    with pytest.raises(LLMReplyTooLarge) as ei:
+        trio.run(main)
+    assert "max_reply_bytes of 65536" in str(ei.value)
+    assert 60 * 1024 < len("".join(got).encode()) <= 64 * 1024
+
+
+def test_endless_line_capped_by_the_driver_itself(scripted_server):
+    """A data line that never ends is refused before it fills memory."""
+    from rnixfs.devices.llm.base import LLMReplyTooLarge
+
+    t0 = time.monotonic()
+    err = run_err(make(scripted_server, max_reply_bytes=32 * 1024), "[[fault:endless-line]]",
+                  LLMReplyTooLarge)
+    assert "larger than" in str(err) and time.monotonic() - t0 < 30
+
+
+def test_wall_clock_cap_although_chunks_keep_coming(scripted_server):
+    t0 = time.monotonic()
+    err = run_err(guarded(scripted_server, timeout=0.5, max_reply_time=1.0),
+                  "[[fault:endless]] [[chunk-delay:0.05]]", LLMTimeout)
+    assert "max_reply_time of 1s" in str(err)
+    assert time.monotonic() - t0 < 10
+
+
+def test_tool_call_bytes_count_toward_the_cap(scripted_server):
+    from rnixfs.devices.llm.base import LLMReplyTooLarge
+
+    scripted_server.enqueue({"tool_calls": [
+        {"id": "c1", "function": {"name": "Write", "arguments": {"content": "x" * 5000}}}]})
+    run_err(guarded(scripted_server, max_reply_bytes=4096), "write", LLMReplyTooLarge)
+
+
+@pytest.mark.parametrize("raw,shown", [
+    ('{"prompt_tokens": 1e400, "completion_tokens": 1}', "prompt_tokens=inf"),
+    ('{"prompt_tokens": 3, "completion_tokens": -1000000000}', "completion_tokens=-1000000000"),
+    ('{"prompt_tokens": "12", "completion_tokens": 1}', "prompt_tokens=str"),
+    ('{"prompt_tokens": true, "completion_tokens": 1}', "prompt_tokens=True"),
+    ('{"prompt_tokens": 100000001, "completion_tokens": 1}', "prompt_tokens=100000001"),
+    ('[1, 2]', "malformed event"),
+])
+def test_usage_from_the_server_is_checked(scripted_server, raw, shown):
+    scripted_server.enqueue({"content": "hi", "usage_raw": raw})
+    err = run_err(guarded(scripted_server), "x")
+    assert type(err) is LLMError  # a driver error: fallbacks apply
+    assert shown in str(err)
+
+
+def test_sane_usage_is_accepted(scripted_server):
+    scripted_server.enqueue({"content": "hi", "usage_raw": '{"prompt_tokens": 7.0, "completion_tokens": 0}'})
+    _, chunks = run(guarded(scripted_server), "x")
+    assert chunks[-1].usage == Usage(7, 0)
+    with pytest.raises(LLMError):
+        Usage(-1, 0).check()
+
+
+def test_redactor_masks_secrets_and_userinfo():
+    from rnixfs.devices.llm.redact import Redactor
+
+    r = Redactor([KEY, "abc", ""])  # too short to mask safely: ignored
+    assert r(f"bad {KEY}!") == "bad ***!"
+    assert r("see https://u:p@host:1/v1 and ftp://x@y") == "see https://***@host:1/v1 and ftp://***@y"
+    assert r("mail me: a@b.c, abc") == "mail me: a@b.c, abc"
+    assert r.data({"k": [f"{KEY}", 3, {"url": "http://me:pw@h/"}]}) == \
+        {"k": ["***", 3, {"url": "http://***@h/"}]}
+
+
+def test_stream_redactor_catches_a_secret_split_anywhere():
+    import random
+
+    from rnixfs.devices.llm.redact import Redactor
+
+    secrets = [KEY, "hunter2-password", "sk-scripted"]  # one is a prefix of another
+    r = Redactor(secrets)
+    rng = random.Random(7)
+    for _ in range(300):
+        words = [rng.choice(secrets + ["sk-", "hunt", "plain text ", "s", "k"]) for _ in range(12)]
+        text = " ".join(words)
+        cuts = sorted(rng.sample(range(1, len(text)), 5))
+        pieces = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
+        s = r.stream()
+        out = "".join(s.feed(p) for p in pieces) + s.flush()
+        assert out == r(text), (pieces, out)
+        for secret in secrets:
+            assert secret not in out
+
+
+def test_guard_redacts_errors_replies_tool_calls_and_describe(scripted_server, caplog):
+    from rnixfs.devices.llm.redact import Redactor
+
+    caplog.set_level(logging.DEBUG, logger="rnixfs")
+    r = Redactor([KEY])
+    for fault in ("error-event", "malformed", "not-sse", 400):
+        scripted_server.enqueue({"fault": fault, "error": f"key {KEY} rejected"})
+        err = run_err(guarded(scripted_server, r, api_key=KEY, max_retries=0), "x")
+        assert KEY not in str(err) and "***" in str(err), fault
+    scripted_server.enqueue({"content": f"the key is {KEY} indeed",
+                             "tool_calls": [{"id": "c1", "function": {
+                                 "name": "Bash", "arguments": {"command": f"echo {KEY}"}}}]})
+    text, chunks = run(guarded(scripted_server, r, api_key=KEY), "x")
+    assert text == "the key is *** indeed"
+    args = "".join(d["function"].get("arguments", "") for c in chunks for d in c.tool_calls)
+    assert args == '{"command": "echo ***"}'
+    g = guarded(scripted_server, Redactor(["s3cr3t-pass"]),
+                base_url=scripted_server.url.replace("://", "://user:s3cr3t-pass@"))
+    assert "s3cr3t-pass" not in str(g.describe()) and "***@" in g.describe()["base_url"]
+    trio.run(g.aclose)
+    assert KEY not in caplog.text
+
+
+def test_log_filter_redacts_messages_args_and_tracebacks(tmp_path):
+    from rnixfs.devices.llm.redact import Redactor, install_log_filter, remove_log_filter
+
+    path = tmp_path / "x.log"
+    handler = logging.FileHandler(path)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    f = install_log_filter(Redactor([KEY]))
+    try:
+        log = logging.getLogger("rnixfs.test")
+        log.warning("key %s in args", KEY)
+        log.warning(f"key {KEY} in the message")
+        try:
+            raise ValueError(f"boom {KEY}")
+        except ValueError:
+            log.exception("failed")
+    finally:
+        remove_log_filter(f)
+        root.removeHandler(handler)
+        handler.close()
+    text = path.read_text()
+    assert KEY not in text and text.count("***") == 3 and "ValueError: boom ***" in text
+
+
+def test_config_secret_values(monkeypatch):
+    import base64
+
+    from rnixfs.config import parse_providers
+
+    monkeypatch.setenv("RNIX_T_KEY", KEY)
+    monkeypatch.setenv("RNIX_T_ORG", "org-7f3a")
+    monkeypatch.setenv("RNIX_T_PW", "p%40ss-word")
+    cfg = parse_providers("""
+providers:
+  a: {type: openai, base_url: "http://bob:${RNIX_T_PW}@h/v1", model: m, api_key: "${RNIX_T_KEY}",
+      headers: {X-Org: "${RNIX_T_ORG}", X-Plain: literal-value}, max_reply_bytes: 1000,
+      max_reply_time: 2.5}
+""")
+    s = cfg.secret_values()
+    assert {KEY, "org-7f3a", "literal-value", "p%40ss-word", "p@ss-word",
+            base64.b64encode(b"bob:p@ss-word").decode()} <= s
+    a = cfg.providers["a"]
+    assert (a.max_reply_bytes, a.max_reply_time) == (1000, 2.5)
+    for bad in ("max_reply_bytes: 0", "max_reply_bytes: 1.5", "max_reply_time: -1"):
+        with pytest.raises(Exception, match="max_reply"):
+            parse_providers(f"providers:\n  b: {{type: openai, base_url: 'http://h', model: m, {bad}}}\n")
+
+
+def test_a_body_that_goes_on_after_done_does_not_hold_the_reply():
+    """[DONE] ends the reply even if the server keeps streaming after it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            events = [b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n',
+                      b"data: [DONE]\n\n"]
+            try:
+                for e in events:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(e), e))
+                end = time.monotonic() + 10  # bounded: a failing driver still ends
+                while not stop.is_set() and time.monotonic() < end:
+                    e = b"data: more\n\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(e), e))
+                    self.wfile.flush()
+                    time.sleep(0.001)
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        cfg = ProviderConfig(name="after", type="openai", model="m", timeout=5.0,
+                             base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+        t0 = time.monotonic()
+        text, chunks = run(OpenAIProvider(cfg), "x")
+        assert text == "hi" and chunks[-1].finish_reason == "stop"
+        assert time.monotonic() - t0 < 5
+    finally:
+        stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_text_accumulator_is_compact_and_exact():
+    import sys
+
+    from rnixfs.devices.llm.base import TextAccumulator
+
+    acc = TextAccumulator()
+    assert not acc and acc.text() == "" and not acc.endswith("x")
+    pieces = [chr(97 + i % 26) for i in range(100_000)]
+    for p in pieces:
+        acc.append(p)
+    assert acc.text() == "".join(pieces) and acc.endswith(pieces[-1]) and acc
+    held = sum(sys.getsizeof(b) for b in acc._blocks) + sum(sys.getsizeof(p) for p in acc._pieces)
+    assert held < 3 * len(pieces)  # not ~50 bytes per one-character piece
+    acc.clear()
+    assert not acc

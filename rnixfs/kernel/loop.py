@@ -17,12 +17,12 @@ from contextlib import aclosing
 
 import trio
 
-from ..devices.llm.base import LLMError, LLMTimeout
+from ..devices.llm.base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
 from . import tools as T
 from .errors import Code, SyscallError
 from .process import (
-    EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TOKENS, EXIT_OK, EXIT_TERMINATED,
-    Process,
+    EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TOKENS, EXIT_OK, EXIT_REPLY_TOO_BIG,
+    EXIT_TERMINATED, Process,
 )
 from .trace import quote
 
@@ -203,6 +203,8 @@ async def _step_with_fallback(kernel, proc: Process, model: Model):
         try:
             return await _step(kernel, proc, model)
         except SyscallError as err:
+            if err.code == Code.TOO_BIG:  # the reply cap: its own exit code
+                raise ProcessExit(EXIT_REPLY_TOO_BIG, err) from None
             if err.code not in (Code.DRIVER, Code.TIMEOUT) or not await model.fall_back(err):
                 raise
             proc.steps -= 1  # the step is retried on the fallback, not counted twice
@@ -226,7 +228,7 @@ async def _step(kernel, proc: Process, model: Model):
     if proc.budget.max_tokens is not None:
         remaining = max(1, proc.budget.max_tokens - proc.tokens_in - proc.tokens_out)
     timeout = proc.budget.step_timeout or float("inf")
-    parts: list[str] = []
+    parts = TextAccumulator()  # compact however small the deltas
     deltas: dict[int, dict] = {}
     usage = None
     async with tracer.syscall(proc, "Read", f"FD({model.fd})", device=model.device) as call:
@@ -248,12 +250,15 @@ async def _step(kernel, proc: Process, model: Model):
             raise SyscallError(Code.TIMEOUT, f"no reply for step_timeout of {timeout:g}s") from None
         except LLMTimeout as exc:
             raise SyscallError(Code.TIMEOUT, exc.cause) from None
+        except LLMReplyTooLarge as exc:
+            raise SyscallError(Code.TOO_BIG, exc.cause) from None
         except LLMError as exc:
             err = SyscallError(Code.DRIVER, exc.cause)
             err.status = exc.status  # lets the fallback tell a bad request from an outage
             raise err from None
-        text = "".join(parts)
-        calls = [deltas[i] for i in sorted(deltas)]
+        text = parts.text()
+        parts.clear()
+        calls = [_joined(deltas[i]) for i in sorted(deltas)]
         call.result = f"{len(text.encode())} bytes" + (f", {len(calls)} tool calls" if calls else "")
     if usage is not None:
         proc.tokens_in += usage.prompt_tokens
@@ -282,16 +287,22 @@ async def _step(kernel, proc: Process, model: Model):
 
 
 def _merge(deltas: dict[int, dict], d: dict) -> None:
-    """Assemble OpenAI tool-call deltas by index."""
+    """Assemble OpenAI tool-call deltas by index (pieces joined once, at the
+    end: appending to a string in a dict copies it, quadratic in the reply)."""
     i = d.get("index", 0)
-    call = deltas.setdefault(i, {"id": "", "function": {"name": "", "arguments": ""}})
+    call = deltas.setdefault(i, {"id": "", "name": TextAccumulator(), "arguments": TextAccumulator()})
     if d.get("id"):
         call["id"] = d["id"]
     fn = d.get("function") or {}
     if fn.get("name"):
-        call["function"]["name"] += fn["name"]
+        call["name"].append(fn["name"])
     if fn.get("arguments"):
-        call["function"]["arguments"] += fn["arguments"]
+        call["arguments"].append(fn["arguments"])
+
+
+def _joined(call: dict) -> dict:
+    return {"id": call["id"], "function": {"name": call["name"].text(),
+                                           "arguments": call["arguments"].text()}}
 
 
 def _parse_schema_reply(text: str) -> tuple[str, list[dict]]:

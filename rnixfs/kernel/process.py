@@ -18,6 +18,7 @@ EXIT_CONTEXT = 13
 EXIT_TIMEOUT = 124
 EXIT_KILLED = 137
 EXIT_TERMINATED = 143
+EXIT_REPLY_TOO_BIG = 20  # one reply went past its provider's max_reply_bytes
 
 
 class State(str, Enum):

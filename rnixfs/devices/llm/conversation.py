@@ -14,7 +14,7 @@ from contextlib import aclosing
 import trio
 
 from ...kernel.errors import Code, SyscallError
-from .base import LLMError, LLMTimeout
+from .base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Conversation:
     async def _stream(self, options: dict) -> None:
         model = options.pop("model", None)
         max_tokens = options.pop("max_tokens", None)
-        parts: list[str] = []
+        parts = TextAccumulator()
         with trio.CancelScope() as scope:
             self._scope = scope
             if self.closed:  # the handle went away before the stream started
@@ -106,11 +106,13 @@ class Conversation:
                             parts.append(chunk.text)
                             self.buffer += chunk.text.encode()
                             self._notify()
-                self.messages.append({"role": "assistant", "content": "".join(parts)})
-                if parts and not parts[-1].endswith("\n"):
+                self.messages.append({"role": "assistant", "content": parts.text()})
+                if parts and not parts.endswith("\n"):
                     self.buffer += b"\n"
             except LLMTimeout as exc:
                 self.error = SyscallError(Code.TIMEOUT, exc.cause, syscall="Read", device=self.device)
+            except LLMReplyTooLarge as exc:
+                self.error = SyscallError(Code.TOO_BIG, exc.cause, syscall="Read", device=self.device)
             except LLMError as exc:
                 self.error = SyscallError(Code.DRIVER, exc.cause, syscall="Read", device=self.device)
             except Exception as exc:  # never take the daemon down for one conversation
@@ -120,6 +122,7 @@ class Conversation:
                 if self.error is not None:
                     log.warning("%s", self.error)
                     self.messages.pop()  # the unanswered message leaves the conversation
+                    parts.clear()  # a capped or killed reply's text is not kept
                 self.streaming = False
                 self._notify()
 
@@ -136,6 +139,9 @@ class Conversation:
         if self.cursor < len(self.buffer):
             data = bytes(self.buffer[self.cursor:self.cursor + size])
             self.cursor += len(data)
+            if self.cursor >= 65536 and self.cursor * 2 >= len(self.buffer):
+                del self.buffer[:self.cursor]  # what was read is not kept
+                self.cursor = 0
             return data
         if self.error is not None:
             err, self.error = self.error, None
@@ -144,5 +150,7 @@ class Conversation:
 
     def close(self) -> None:
         self.closed = True
+        self.buffer = bytearray()  # the handle is gone: so are its bytes
+        self.cursor = 0
         if self._scope is not None:
             self._scope.cancel()

@@ -15,13 +15,15 @@ from typing import AsyncIterator
 import httpx
 import stamina
 from httpx_sse import aconnect_sse
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from rnixfs.config import ProviderConfig
-from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMTimeout, Usage
+from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
 
 log = logging.getLogger(__name__)
 
 _MAX_CAUSE = 200
+_MAX_AFTER_DONE = 16  # events a server may still send after [DONE]
 
 
 class _Truncated(LLMError):
@@ -155,7 +157,7 @@ class OpenAIProvider:
             except LLMError as e:
                 if e.cause.startswith("stream interrupted"):
                     raise
-                raise self._error(f"stream interrupted: {e.cause}", status=e.status) from None
+                raise self._error(f"stream interrupted: {e.cause}", type(e), status=e.status) from None
 
     async def _open(self, body: dict, outer: AsyncExitStack):
         """One attempt: connect, check status, read up to the first chunk.
@@ -203,16 +205,22 @@ class OpenAIProvider:
         usage: Usage | None = None
         finish: str | None = None
         done = False
-        async for ev in es.aiter_sse():
+        after = 0  # events read past [DONE]
+        async for ev in self._events(es.response):
             data = ev.data.strip()
-            if done or not data:
+            if done:
+                after += 1
+                if after > _MAX_AFTER_DONE:
+                    break  # a body that goes on after [DONE]: drop the connection
                 continue  # read the body to its end so the connection is reused
+            if not data:
+                continue
             if data == "[DONE]":
                 done = True
                 continue
             try:
                 chunk, u, f = _parse_event(data)
-            except (ValueError, TypeError, AttributeError):
+            except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
                 raise LLMError(f"malformed event from server: {_short(data, 80)!r}") from None
             usage, finish = u or usage, f or finish
             if chunk is not None:
@@ -220,6 +228,27 @@ class OpenAIProvider:
         if not done and finish is None:
             raise _Truncated("stream interrupted: connection closed before the end of the reply")
         yield ChatChunk(usage=usage, finish_reason=finish)
+
+    async def _events(self, resp: httpx.Response):
+        """SSE events of ``resp``, refusing one event (or line) so large that
+        buffering it would exceed the reply cap: a server that never sends a
+        newline cannot grow the daemon's memory either."""
+        limit = 2 * self.cfg.max_reply_bytes + 65536
+        lines, decoder = SSELineDecoder(), SSEDecoder()
+        pending = 0  # characters held for the event being assembled
+        async for text in resp.aiter_text():
+            pending += len(text)
+            if pending > limit:
+                raise LLMReplyTooLarge(f"one server event is larger than {limit} bytes; stopped")
+            for line in lines.decode(text):
+                ev = decoder.decode(line.rstrip("\n"))
+                if ev is not None:
+                    yield ev
+                    pending = sum(map(len, lines.buffer))
+        for line in lines.flush():
+            ev = decoder.decode(line.rstrip("\n"))
+            if ev is not None:
+                yield ev
 
 
 def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]:
@@ -237,7 +266,7 @@ def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]
         raise LLMError(f"server error in stream: {_short(str(msg))}")
     usage = None
     if u := obj.get("usage"):
-        usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+        usage = Usage.from_server(u.get("prompt_tokens"), u.get("completion_tokens"))
     text, calls, finish = "", [], None
     for choice in obj.get("choices") or ():
         if choice.get("index", 0) != 0:

@@ -13,6 +13,8 @@ import trio
 
 from rnixfs.config import ProviderConfig, ProvidersConfig
 from rnixfs.devices.llm.base import Provider, Usage
+from rnixfs.devices.llm.guard import GuardedProvider
+from rnixfs.devices.llm.redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +37,26 @@ def build_providers(cfg: ProvidersConfig, log_dir: Path) -> dict[str, Provider]:
 
 
 class ProviderRegistry:
-    """Name → Provider. ``get`` raises KeyError for unknown names (→ ENOENT)."""
+    """Name → Provider. ``get`` raises KeyError for unknown names (→ ENOENT).
+
+    Every provider is handed out wrapped in a GuardedProvider: reply caps,
+    usage checks and redaction with ``redactor`` (the mount's secrets)."""
 
     def __init__(self, providers: dict[str, Provider], default_name: str,
-                 prices: dict[str, dict[str, dict[str, float]]] | None = None):
+                 prices: dict[str, dict[str, dict[str, float]]] | None = None,
+                 redactor: Redactor | None = None):
         if default_name not in providers:
             raise KeyError(default_name)
-        self._providers = dict(providers)
+        self.redactor = redactor or Redactor()
+        self._providers = {n: GuardedProvider(p, self.redactor) for n, p in providers.items()}
         self.default_name = default_name
         self._prices = prices or {}
 
     @classmethod
     def from_config(cls, cfg: ProvidersConfig, log_dir: Path) -> "ProviderRegistry":
         return cls(build_providers(cfg, log_dir), cfg.default,
-                   {n: p.prices for n, p in cfg.providers.items() if p.prices})
+                   {n: p.prices for n, p in cfg.providers.items() if p.prices},
+                   redactor=Redactor.from_config(cfg))
 
     def price(self, provider: str, model: str | None, usage: Usage | None) -> float:
         """USD for ``usage`` from providers.yaml ``prices`` (per 1M tokens).
