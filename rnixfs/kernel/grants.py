@@ -29,6 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+NO_TOOLS = "(none)"  # an entry no tool has: the allow-list is restricted to nothing
 PATH_TOOLS = ("Read", "Write", "Edit", "Glob", "Grep")
 PROTECTED = (".rnix", ".agents/skills", ".mcp.json")
 _PROTECTED_HEADS = (".rnix", ".agents", ".mcp.json")
@@ -433,6 +434,11 @@ def intersect(child: list[str], parent: list[str]) -> list[str]:
         else:
             out.update(f"{tool}({x})" for x in set(cp) & set(pp))  # fail closed
     return sorted(out)
+
+
+def union(*groups: list[str]) -> list[str]:
+    """Sorted union of allow-lists, without the no-tools marker."""
+    return sorted({e for g in groups for e in g if e != NO_TOOLS})
 
 
 def tool_names(entries: list[str]) -> set[str]:
