@@ -263,6 +263,9 @@ class Tools:
         device = f"{root}/{rel}"
         try:
             async with self.kernel.tracer.syscall(proc, "Open", f"{quote(device)}, {mode}", device=device) as c:
+                if not owned and isinstance(rel, str) and not rel.startswith("/"):
+                    # the path as written first (its directory may not exist yet), then the real one
+                    self._check_workspace(proc, tool, os.path.normpath(rel))
                 path = await trio.to_thread.run_sync(ws.resolve, rel)
                 if not owned:
                     self._check_workspace(proc, tool, path)
