@@ -114,8 +114,8 @@ def make_skill(root: Path, name: str, front: str = "", body: str = "Do the thing
     return d
 
 
-def run(tmp_path, url, body, **plan_fields):
-    config = tmp_path / "config"
+def run(tmp_path, url, body, config=None, **plan_fields):
+    config = config or tmp_path / "config"
     project = tmp_path
 
     def plan(req, *, default_provider, driver_models, cwd):
@@ -208,3 +208,29 @@ def test_activated_grants_never_exceed_the_parent(tmp_path, scripted_server):
     assert child.allowed_tools == ["Bash(git:*)", "Read", "Skill", "Spawn"]
     r = [m["content"] for m in child.messages if m["role"] == "tool"]
     assert "not granted: Bash, Write (beyond the parent's grants)" in r[0]
+
+
+def test_hostile_skill_paths_stay_inside_the_skill(tmp_path, scripted_server):
+    config = tmp_path.parent / f"{tmp_path.name}-config"  # the user scope, outside the project
+    d = make_skill(config / "skills", "docs")
+    (d / "references").mkdir()
+    (d / "references/a.md").write_text("A\n")
+    (config / "providers.yaml").write_text("secret: KEY-123\n")
+    (d / "references/out").symlink_to(config)
+    calls = [("a", "Read", {"path": "/skills/docs/../../providers.yaml"}),
+             ("b", "Read", {"path": f"{d}/references/../../../providers.yaml"}),
+             ("c", "Read", {"path": f"{d}/references/out/providers.yaml"}),
+             ("d", "Skill", {"name": "../docs"}),
+             ("e", "Read", {"path": "/skills/../config/providers.yaml"}),
+             ("f", "Glob", {"pattern": f"{d}/../*/providers.yaml"}),
+             ("g", "Grep", {"pattern": "KEY", "glob": f"{d}/**"}),
+             ("h", "Read", {"path": "/skills/docs/references/a.md"})]
+    scripted_server.enqueue({"tool_calls": [
+        {"id": cid, "function": {"name": n, "arguments": json.dumps(a)}} for cid, n, a in calls]})
+    scripted_server.enqueue("ok")
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, intent="x"), config=config)
+    r = [m["content"] for m in p.messages if m["role"] == "tool"]
+    assert all("KEY-123" not in x for x in r), r
+    for x in r[:6]:
+        assert x.startswith("error:") or x == "(no matches)", x
+    assert r[6] == "(no matches)" and r[7] == "A\n"

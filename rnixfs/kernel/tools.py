@@ -191,11 +191,8 @@ class Tools:
         if self.skills is None or not isinstance(raw, str):
             return None
         p = os.path.expanduser(raw) if raw.startswith("~") else raw
-        if not p.startswith("/"):
-            return None
-        project = str(self.kernel.project).rstrip("/")
-        if p == project or p.startswith(project + "/"):
-            return None  # a project skill is a workspace file (protected paths apply)
+        if not p.startswith("/") or self.relative(p) != p or p == "/dev/fs":
+            return None  # workspace paths: a project skill is a workspace file (protected paths apply)
         virtual = ["/skills/"] + ([self.mount.rstrip("/") + "/skills/"] if self.mount else [])
         usable = None
         for prefix in virtual:
