@@ -179,13 +179,16 @@ def protected(rel: str) -> bool:
     return any(rel == p or rel.startswith(p + "/") for p in PROTECTED)
 
 
-def mentions_protected(command: str) -> bool:
-    return any(h in command for h in _PROTECTED_HEADS)
+_PROBES = {".rnix": ".rnix/x", ".agents": ".agents/skills/x", ".mcp.json": ".mcp.json"}
 
 
-def check_bash_protected(command: str) -> str | None:
-    """Best effort: a command naming a protected path may only read it."""
-    if not mentions_protected(command):
+def check_bash_protected(command: str, grants: Grants | None = None) -> str | None:
+    """Best effort: a command naming a protected path may only read it,
+    unless a Write grant names every protected area it mentions."""
+    mentioned = [probe for head, probe in _PROBES.items() if head in command]
+    if not mentioned:
+        return None
+    if grants is not None and all(grants.names_protected("Write", p) for p in mentioned):
         return None
     why = ("commands that name .rnix/, .agents/skills/ or .mcp.json may only read them "
            "(an agent may not change its own limits)")

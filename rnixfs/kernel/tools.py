@@ -386,8 +386,8 @@ class Tools:
         tracer = self.kernel.tracer
         grants = G.Grants(proc.allowed_tools)
         why = grants.check_command(command)
-        if why is None and not grants.names_protected("Write", ".rnix/"):
-            why = G.check_bash_protected(command)  # best effort: the sandbox is the barrier
+        if why is None:
+            why = G.check_bash_protected(command, grants)  # best effort: see docs/skills.md
         if why:
             err = _denied(why, "Bash", "/dev/shell")
             err.pid = proc.pid
