@@ -237,3 +237,30 @@ def test_hostile_skill_paths_stay_inside_the_skill(tmp_path, scripted_server):
     for x in r[:6]:
         assert x.startswith("error:") or x == "(no matches)", x
     assert r[6] == "(no matches)" and r[7] == "A\n"
+
+
+def test_path_grants_on_the_tools(tmp_path, scripted_server):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/a.py").write_text("A = 1\n")
+    (tmp_path / "secret.txt").write_text("A = secret\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "src/link.py").symlink_to(tmp_path / "secret.txt")
+    calls = [("a", "Read", {"path": "src/a.py"}), ("b", "Read", {"path": "secret.txt"}),
+             ("c", "Read", {"path": "src/link.py"}), ("d", "Write", {"path": "docs/n.md", "content": "x"}),
+             ("e", "Write", {"path": "docs/sub/n.md", "content": "x"}), ("f", "Write", {"path": "n.md", "content": "x"}),
+             ("g", "Glob", {"pattern": "**/*"}), ("h", "Grep", {"pattern": "A =", "glob": "**"})]
+    scripted_server.enqueue({"tool_calls": [
+        {"id": cid, "function": {"name": n, "arguments": json.dumps(a)}} for cid, n, a in calls]})
+    scripted_server.enqueue("ok")
+    p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, intent="x"),
+            allowed_tools=["Read(src/**)", "Write(docs/*.md)", "Glob(src/**)", "Grep(src/*.py)"])
+    r = [m["content"] for m in p.messages if m["role"] == "tool"]
+    assert r[0] == "A = 1\n"
+    assert r[1].startswith("error: permission denied: Read of secret.txt is not allowed")
+    assert r[2].startswith("error: permission denied: Read of secret.txt")   # the real path counts
+    assert r[3] == "wrote 1 bytes to docs/n.md" and (tmp_path / "docs/n.md").exists()
+    assert r[4].startswith("error: permission denied") and r[5].startswith("error: permission denied")
+    assert not (tmp_path / "n.md").exists()
+    assert set(r[6].splitlines()) == {"src/a.py", "src/link.py"}
+    assert r[7] == "src/a.py:1: A = 1"   # the symlink is not followed by Grep's walk
+    assert p.trace.decode().count("-1 [PERMISSION]") == 4
