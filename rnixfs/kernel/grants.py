@@ -30,7 +30,6 @@ import shlex
 from dataclasses import dataclass
 
 NO_TOOLS = "(none)"  # an entry no tool has: the allow-list is restricted to nothing
-PATH_TOOLS = ("Read", "Write", "Edit", "Glob", "Grep")
 PROTECTED = (".rnix", ".agents/skills", ".mcp.json")
 _PROTECTED_HEADS = (".rnix", ".agents", ".mcp.json")
 # Commands that only read: a Bash line naming a protected path may use these.

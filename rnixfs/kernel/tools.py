@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 
 import trio
 
