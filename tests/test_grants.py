@@ -87,11 +87,13 @@ def test_protected_paths_and_explicit_grants():
     assert not Grants(["Write"]).names_protected("Write", ".rnix/x")
     assert not Grants(["Write(.rnix/**)"]).names_protected("Edit", ".rnix/x")
     assert check_bash_protected("cat .rnix/agents/a/agent.yaml") is None
+    assert check_bash_protected("ls .*") is None and check_bash_protected("rm -f *.o") is None
     assert check_bash_protected("rm .rnix/x", Grants(["Bash", "Write(.rnix/**)"])) is None
     assert check_bash_protected("rm .rnix/x .mcp.json", Grants(["Bash", "Write(.rnix/**)"]))
     assert check_bash_protected("rm .rnix/x", Grants(["Bash", "Write"]))
     for line in ("echo x > .rnix/a", "sed -i s/a/b/ .rnix/a", "rm -rf .agents/skills", "cp x .mcp.json",
-                 "cat .rnix/a | tee .rnix/b", "cd .rnix && rm -r agents"):
+                 "cat .rnix/a | tee .rnix/b", "cd .rnix && rm -r agents", "rm -rf .*", "rm -r ./.r?ix",
+                 "mv .[a-z]* /tmp"):
         assert check_bash_protected(line), line
 
 

@@ -178,13 +178,17 @@ def protected(rel: str) -> bool:
     return any(rel == p or rel.startswith(p + "/") for p in PROTECTED)
 
 
+_DOT_GLOB = re.compile(r"(?:^|[\s/'\"=])\.[^\s/]*[*?\[]")
 _PROBES = {".rnix": ".rnix/x", ".agents": ".agents/skills/x", ".mcp.json": ".mcp.json"}
 
 
 def check_bash_protected(command: str, grants: Grants | None = None) -> str | None:
     """Best effort: a command naming a protected path may only read it,
     unless a Write grant names every protected area it mentions."""
-    mentioned = [probe for head, probe in _PROBES.items() if head in command]
+    if _DOT_GLOB.search(command):   # `.*`, `.r?ix`: may expand to any of them
+        mentioned = list(_PROBES.values())
+    else:
+        mentioned = [probe for head, probe in _PROBES.items() if head in command]
     if not mentioned:
         return None
     if grants is not None and all(grants.names_protected("Write", p) for p in mentioned):
