@@ -251,3 +251,20 @@ def test_catalog_budget_is_configurable(mount_factory, scripted_server, monkeypa
     system = context(m, pid)[0]["content"]
     assert "<name>\ntiny-0\n</name>" not in system and "more skills are not listed" in system
     assert os.environ["RNIXFS_SKILL_CATALOG_TOKENS"] == "0"
+
+
+def test_scoped_bash_from_a_skills_allowed_tools(mnt, scripted_server):
+    user_skill(mnt, "gitskill", "allowed-tools: Read, Bash(git:*)\n")
+    mark = "SKILL-GIT"
+    scripted_server.enqueue({"match": mark, "tool_calls": [
+        call("Bash", {"command": "git --version"}, "a"),
+        call("Bash", {"command": "git --version && touch x"}, "b")]})
+    scripted_server.enqueue({"match": mark, "content": "ok"})
+    pid = spawn(mnt, {"intent": mark, "skills": ["gitskill"]})
+    assert mnt.wait(pid).startswith("exited(0)")
+    r = tool_results(mnt, pid)
+    assert r[0].startswith("git version") and r[1].startswith("error: permission denied")
+    assert not (mnt.project / "x").exists()
+    assert mnt.status(pid)["allowed_tools"] == ["Bash(git:*)", "Read", "Skill"]
+    t = trace(mnt, pid)
+    assert "-1 [PERMISSION]" in t and "touch x" in t
