@@ -108,11 +108,16 @@ class Catalog:
             budget = {"max_steps": agent.max_steps or None, "max_tokens": agent.max_tokens or None,
                       "max_cost": agent.max_cost or None, "step_timeout": agent.step_timeout_s,
                       "context_budget": agent.context_budget or None}
+        deferred = agent is not None and bool(agent.deferred_skills)
         return SpawnPlan(agent=agent.name if agent else "default", provider=choice.provider,
                          model=choice.model, skills=[s.ref_name for s in loaded],
-                         allowed_tools=allowed_tools(agent, loaded), system_prompt=prompt,
+                         allowed_tools=allowed_tools(agent, loaded, skill_catalog=bool(available)),
+                         system_prompt=prompt,
                          budget=budget, fallback_model=choice.fallback or None,
-                         fallback_provider=choice.fallback_provider or None)
+                         fallback_provider=choice.fallback_provider or None,
+                         # grants policy and skill reach: docs/skills.md, "Grants"
+                         usable_skills=[s.name for s in available] if deferred else None,
+                         skill_grants=agent is None or not agent.tools)
 
 
 def _encode(value) -> bytes:

@@ -77,6 +77,8 @@ class ProviderConfig:
     # type: claude-cli / cursor-cli only
     command: str | None = None
     args: list[str] = field(default_factory=list)
+    # cursor-cli cannot limit its own tools: run it for restricted processes anyway?
+    unbounded_tools: bool = False
     # type: local only
     ctx: int = 4096
     parallel: int = 2
@@ -174,8 +176,8 @@ TOOL_MODES = ("native", "schema")
 _ALLOWED = {
     "openai": _COMMON | {"base_url", "api_key", "headers"},
     "local": _COMMON | {"ctx", "parallel", "threads"},
-    "claude-cli": (_COMMON - {"max_tokens"}) | {"command", "args"},
-    "cursor-cli": (_COMMON - {"max_tokens"}) | {"command", "args"},
+    "claude-cli": (_COMMON - {"max_tokens"}) | {"command", "args", "unbounded_tools"},
+    "cursor-cli": (_COMMON - {"max_tokens"}) | {"command", "args", "unbounded_tools"},
 }
 
 
@@ -226,6 +228,10 @@ def _provider(name: str, raw) -> ProviderConfig:
             kw[key] = {k: _expand(x, f"{kwhere}.{k}") for k, x in v.items()}
         elif key == "prices":
             kw[key] = _prices(v, kwhere)
+        elif key == "unbounded_tools":
+            if not isinstance(v, bool):
+                raise ValueError(f"{kwhere}: must be true or false, got {v!r}")
+            kw[key] = v
         elif key == "args":
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise ValueError(f"{kwhere}: must be a list of strings")

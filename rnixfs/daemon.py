@@ -107,7 +107,7 @@ class Daemon:
                 workspace = Workspace(cfg.project)
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
-                                          env=child_env)
+                                          env=child_env, skills=catalog.skills, open_root=Workspace)
                 shell_env = {**child_env, "RNIX_MOUNT": str(cfg.mountpoint)}
 
                 def shell_session():

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from rnixfs.agents.prompt import CATALOG_INTRO
 from rnixfs.agents import (
     allowed_tools, build_system_prompt, load_agent, parse_agent_yaml, project_doc, select_skills,
 )
@@ -136,7 +137,7 @@ def test_prompt_order_and_seeds_format(world):
         f"Base directory for this skill: {root / 'alpha'}\n\nAlpha body.\n\n"
         f"Base directory for this skill: {root / 'beta'}\n\nBeta body.\n\n"
         "[Skill Synergy]\n\nUse alpha then beta.\n\n"
-        "The following skills are available. To use one, read its SKILL.md at the location given.\n\n"
+        f"{CATALOG_INTRO}\n\n"
         "<available_skills>\n"
         f"<skill>\n<name>\ndelta\n</name>\n<description>\ndoes delta &lt;&amp;&gt;\n</description>\n"
         f"<location>\n{root / 'delta' / 'SKILL.md'}\n</location>\n</skill>\n"

@@ -105,3 +105,86 @@ def test_render_keeps_roles():
     text = render([{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
                    {"role": "assistant", "content": "A"}, {"role": "tool", "content": "T"}])
     assert text == "S\n\n[user]\nU\n\n[assistant]\nA\n\n[tool result]\nT\n"
+
+
+# -- the CLI's own tools are bounded by the process's grants (docs/devices.md) -------------
+
+def argv_of(log) -> list[str]:
+    return json.loads(log.read_text().splitlines()[-1])["argv"]
+
+
+def flag(argv: list[str], name: str) -> list[str]:
+    return argv[argv.index(name) + 1].split(",") if name in argv else []
+
+
+def test_claude_unrestricted_process_gets_no_tool_flags(standin):
+    ask(provider("claude-cli"), "hi", grants=[])
+    argv = argv_of(standin)
+    assert "--allowedTools" not in argv and "--disallowedTools" not in argv
+
+
+def test_claude_gets_allowed_and_disallowed_tools_from_the_grants(standin):
+    ask(provider("claude-cli", args=["--verbose"]), "hi", grants=["Bash(git:*)", "Read", "Skill"])
+    argv = argv_of(standin)
+    allowed, denied = flag(argv, "--allowedTools"), flag(argv, "--disallowedTools")
+    assert "Bash(git:*)" in allowed and "Read" in allowed and "NotebookRead" in allowed
+    for tool in ("Write", "Edit", "MultiEdit", "WebFetch", "Glob", "Grep", "Task", "Bash"):
+        assert tool not in allowed
+    for tool in ("Write", "Edit", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch", "Task", "LS"):
+        assert tool in denied
+    assert "Bash" not in denied and "Read" not in denied  # a scoped Bash is left to claude's own rules
+    assert argv.index("--verbose") < argv.index("--allowedTools")  # after the user's args
+
+
+def test_claude_with_no_tools_at_all_disallows_every_tool(standin):
+    ask(provider("claude-cli"), "hi", grants=["(none)"])
+    argv = argv_of(standin)
+    assert "--allowedTools" not in argv and {"Bash", "Read", "Write", "Edit"} <= set(flag(argv, "--disallowedTools"))
+
+
+def test_claude_that_skips_permissions_is_refused_for_a_restricted_process(standin):
+    with pytest.raises(LLMError, match="cannot be limited.*permission checks off.*unbounded_tools: true"):
+        ask(provider("claude-cli", args=["--dangerously-skip-permissions"]), "hi", grants=["Read"])
+    assert not standin.exists()  # nothing ran
+
+
+def test_cursor_cannot_be_bounded_so_restricted_processes_are_refused(standin):
+    with pytest.raises(LLMError, match=r"provider c \(cursor-cli\) cannot be limited .*\(Read, Grep\).*unbounded_tools: true"):
+        ask(provider("cursor-cli"), "hi", grants=["Read", "Grep"])
+    assert not standin.exists()
+    ask(provider("cursor-cli"), "hi", grants=[])                 # unrestricted: runs
+    chunks = ask(provider("cursor-cli", unbounded_tools=True), "hi", grants=["Read"])  # opted in
+    assert chunks[0].text == "cli: hi"
+
+
+def test_unbounded_tools_must_be_a_boolean():
+    from rnixfs.config import ConfigError
+    with pytest.raises(ConfigError, match="unbounded_tools: must be true or false"):
+        provider("cursor-cli", unbounded_tools="yes")
+
+
+def test_the_loop_passes_a_processes_grants_to_the_cli(tmp_path, standin):
+    from rnixfs.kernel.plan import SpawnPlan
+    from rnixfs.kernel.request import parse
+    from tests.kernelutil import registry, run_with_kernel
+
+    yaml = "default: c\nproviders:\n  c: {type: claude-cli, timeout: 20}\n  k: {type: cursor-cli, timeout: 20}\n"
+
+    def plan(req, *, default_provider, driver_models, cwd):
+        return SpawnPlan(agent="default", provider=req.provider or default_provider, model=None,
+                         skills=[], allowed_tools=["Read", "Bash(git:*)"], system_prompt="SYS")
+
+    async def body(k):
+        out = []
+        for prov in ("c", "k"):
+            p = await k.spawn(parse(json.dumps({"intent": "go", "provider": prov}).encode()))
+            await p.exited_event.wait()
+            out.append(p)
+        return out
+
+    claude, cursor = run_with_kernel(tmp_path, lambda: registry(yaml, tmp_path), body, planner=plan)
+    assert claude.exit_code == 0 and claude.result == "cli: go"
+    argv = argv_of(standin)
+    assert "Bash(git:*)" in flag(argv, "--allowedTools") and "Write" in flag(argv, "--disallowedTools")
+    assert cursor.exit_code != 0 and "cannot be limited" in cursor.error["cause"]
+    assert "unbounded_tools" in cursor.trace.decode()

@@ -93,7 +93,8 @@ def test_skill_without_bash_cannot_run_a_command_by_any_tool(mnt, scripted_serve
     assert mnt.wait(pid).startswith("exited(0)")
     assert not marker.exists() and not (mnt.project / "pwned.sh").exists()
     st = mnt.status(pid)
-    assert st["allowed_tools"] == ["Grep", "Read"] and not st["children"]
+    # Skill: a restricted process shown a skill catalog may activate skills (docs/skills.md)
+    assert st["allowed_tools"] == ["Grep", "Read", "Skill"] and not st["children"]
     trace = open(mnt.p(f"proc/{pid}/trace")).read()
     assert trace.count("-1 [PERMISSION]") == 3 and trace.count("unknown tool") == 4
 
@@ -263,5 +264,5 @@ def test_a_child_never_holds_a_tool_its_parent_lacks(mnt, scripted_server):
     child = next(int(c) for c in os.listdir(mnt.p("proc")) if c.isdigit()
                  and mnt.status(int(c))["intent"] == "CHILD-RUNS-BASH")
     assert mnt.wait(child).startswith("exited(0)")
-    assert mnt.status(child)["allowed_tools"] == ["Read", "Spawn"] and not marker.exists()
+    assert mnt.status(child)["allowed_tools"] == ["Read", "Skill", "Spawn"] and not marker.exists()
     assert "-1 [PERMISSION]" in open(mnt.p(f"proc/{child}/trace")).read()

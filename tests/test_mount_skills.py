@@ -78,7 +78,7 @@ def test_create_through_the_mount_writes_into_the_project(mnt):
     assert xattrs(mnt.p("skills/fresh"))["user.rnix.valid"] == "true"
     pid = mnt.spawn(json.dumps({"intent": "x", "skills": ["fresh"]}))
     assert mnt.wait(pid).startswith("exited(0)")
-    assert mnt.status(pid)["allowed_tools"] == ["Grep"]
+    assert mnt.status(pid)["allowed_tools"] == ["Grep", "Skill"]  # Skill: a catalog is shown
 
 
 def test_invalid_skill_md_is_kept_and_explained(mnt):

@@ -30,12 +30,14 @@ API (for the kernel; no pyfuse3, no trio)::
     select_skills(agent | None, resolution, requested=(), *, list_available=True)
         -> (loaded: list[Skill], available: list[Skill])   raises SkillNotFound/SkillInvalid
     build_system_prompt(agent | None, project_doc: str | None, skills_loaded, skills_available=(),
-                        *, default_instructions="") -> str
+                        *, default_instructions="", catalog_tokens=<RNIXFS_SKILL_CATALOG_TOKENS or 8000>) -> str
         instructions, "# Project Instructions (AGENTS.md)", skill bodies
-        ("Base directory for this skill: <dir>"), "[Skill Synergy]", <available_skills>;
+        ("Base directory for this skill: <dir>"), "[Skill Synergy]", <available_skills>
+        (capped at catalog_tokens, bytes / 4; None = uncapped);
         deterministic: build it once at spawn, reuse it at every step
-    allowed_tools(agent | None, loaded_skills) -> list[str]
-        sorted union of skills' allowed-tools and the agent's tools; [] = unrestricted
+    allowed_tools(agent | None, loaded_skills, *, skill_catalog=False) -> list[str]
+        sorted union of skills' allowed-tools and the agent's tools; [] = unrestricted;
+        a restricted list also gets "Skill" when a catalog is shown
     agent_write_scope(project | None, config_dir) -> ScopePath
         where a new agent goes: project .rnix/agents when a project is given, else user
 

@@ -4,7 +4,11 @@ Order (seeds): agent instructions, then the project document (the nearest
 AGENTS.md), then skills: each loaded skill's body after a
 ``Base directory for this skill: <dir>`` line, then the ``[Skill Synergy]``
 block, then the list of other available skills by metadata (name,
-description, location; the agentskills.io ``<available_skills>`` form).
+description, location; the agentskills.io ``<available_skills>`` form),
+capped by a token budget (``RNIXFS_SKILL_CATALOG_TOKENS``, default 8000;
+tokens estimated as UTF-8 bytes / 4): what does not fit is counted and the
+model is told to find it with the Skill tool (docs/skills.md, "Progressive
+loading"). Skills with ``disable-model-invocation: true`` are never listed.
 ``build_system_prompt`` is a pure function of its inputs, so a prompt built
 once at spawn from frozen inputs is byte-identical at every step.
 """
@@ -27,6 +31,12 @@ AGENTS_MD = "AGENTS.md"
 PROJECT_DOC_BUDGET = 64 * 1024
 PROJECT_DOC_HEADER = "# Project Instructions (AGENTS.md)"
 SYNERGY_HEADER = "[Skill Synergy]"
+CATALOG_TOKENS = 8000
+CATALOG_ENV = "RNIXFS_SKILL_CATALOG_TOKENS"
+CATALOG_DESCRIPTION_CUT = 250   # characters of a description once the catalog is over budget
+CATALOG_INTRO = ("The following skills are available. To use one, call the Skill tool with its "
+                 "name (or read its SKILL.md at the location given); its other files are readable "
+                 "under the same directory.")
 
 
 def _within(path: str, root: str) -> bool:
@@ -112,6 +122,8 @@ def select_skills(agent: AgentManifest | None, resolution, requested: Sequence[s
         avail = [s for i, s in enumerate(avail) if s not in loaded and s not in avail[:i]]
     else:
         avail = [s for s in resolution.skills.values() if s not in loaded]
+    # the model never sees (nor activates) a skill that says only a user may load it
+    avail = [s for s in avail if not getattr(s, "disable_model_invocation", False)]
     return loaded, sorted(avail, key=lambda s: s.name)
 
 
@@ -124,25 +136,73 @@ def detect_synergies(skills: Iterable[Skill]) -> list[str]:
     return sorted(out)
 
 
-def available_skills_block(skills: Sequence[Skill]) -> str:
-    lines = ["<available_skills>"]
-    for s in sorted(skills, key=lambda s: s.name):
-        lines += ["<skill>", "<name>", html.escape(s.name), "</name>",
-                  "<description>", html.escape(s.description), "</description>",
-                  "<location>", str(s.skill_md), "</location>", "</skill>"]
-    lines.append("</available_skills>")
-    return "\n".join(lines)
+def catalog_budget() -> int:
+    """The catalog's token budget: ``RNIXFS_SKILL_CATALOG_TOKENS`` or 8000."""
+    raw = os.environ.get(CATALOG_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+        log.warning("[catalog] %s=%r is not a whole number >= 0; using %d", CATALOG_ENV, raw, CATALOG_TOKENS)
+    return CATALOG_TOKENS
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap and tokenizer-free: a quarter of the UTF-8 bytes (rounded up)."""
+    return (len(text.encode()) + 3) // 4
+
+
+def _entry(s: Skill, cut: int | None) -> str:
+    desc = s.description
+    if cut is not None and len(desc) > cut:
+        desc = desc[:cut].rstrip() + "…"
+    return "\n".join(["<skill>", "<name>", html.escape(s.name), "</name>",
+                      "<description>", html.escape(desc), "</description>",
+                      "<location>", str(s.skill_md), "</location>", "</skill>"])
+
+
+def available_skills_block(skills: Sequence[Skill], budget: int | None = None) -> str:
+    return catalog(skills, budget)[0]
+
+
+def catalog(skills: Sequence[Skill], budget: int | None = None) -> tuple[str, int]:
+    """(``<available_skills>`` block, how many skills were left out).
+
+    All skills when they fit ``budget`` tokens (None: no cap); else, in name
+    order, descriptions cut to 250 characters, as many as fit."""
+    ordered = sorted(skills, key=lambda s: s.name)
+    full = [_entry(s, None) for s in ordered]
+    if budget is None or estimate_tokens("\n".join(full)) <= budget:
+        kept = full
+    else:
+        kept, used = [], 0
+        for s in ordered:
+            e = _entry(s, CATALOG_DESCRIPTION_CUT)
+            need = estimate_tokens(e + "\n")
+            if used + need > budget:
+                break
+            kept.append(e)
+            used += need
+    block = "\n".join(["<available_skills>", *kept, "</available_skills>"])
+    return block, len(ordered) - len(kept)
 
 
 def build_system_prompt(agent: AgentManifest | None, project_doc: str | None,
                         skills_loaded: Sequence[Skill], skills_available: Sequence[Skill] = (),
-                        *, default_instructions: str = "") -> str:
+                        *, default_instructions: str = "", catalog_tokens: int | None = -1) -> str:
     """Assemble the system prompt (deterministic; see the module docstring).
 
     ``agent=None`` uses ``default_instructions``. An agent with
     ``project_doc: false`` never gets the project document. Loaded skills
     must be loadable (their bodies are read on first use and then frozen).
+    ``catalog_tokens``: the catalog's budget (default: ``catalog_budget()``;
+    None: uncapped).
     """
+    if catalog_tokens == -1:
+        catalog_tokens = catalog_budget()
     sections: list[str] = []
     instructions = agent.instructions if agent is not None else default_instructions
     if instructions.strip():
@@ -164,24 +224,36 @@ def build_system_prompt(agent: AgentManifest | None, project_doc: str | None,
         sections.append(f"{SYNERGY_HEADER}\n\n" + "\n".join(synergies))
     available = [s for s in skills_available if s.name not in seen]
     if available:
-        sections.append("The following skills are available. To use one, read its SKILL.md "
-                        "at the location given.\n\n" + available_skills_block(available))
+        block, left_out = catalog(available, catalog_tokens)
+        note = ""
+        if left_out:
+            note = (f"\n\n{left_out} more skills are not listed (the catalog is capped at about "
+                    f"{catalog_tokens} tokens). Find them with the Skill tool: "
+                    '{"query": "<words>"} searches names and descriptions, {"name": "<name>"} loads one.')
+        sections.append(f"{CATALOG_INTRO}\n\n{block}{note}")
     if agent is not None and agent.language:
         sections.append(f"Always respond in {agent.language}.")
     return "\n\n".join(sections)
 
 
-def allowed_tools(agent: AgentManifest | None, loaded_skills: Iterable[Skill]) -> list[str]:
+def allowed_tools(agent: AgentManifest | None, loaded_skills: Iterable[Skill],
+                  *, skill_catalog: bool = False) -> list[str]:
     """Union of the loaded skills' allowed-tools and the agent's tools.
 
     Legacy device paths are normalized to tool names; the result is sorted.
-    An empty list means unrestricted.
+    An empty list means unrestricted. A restricted process that is shown a
+    skill catalog (``skill_catalog``) also gets ``Skill``: activating a skill
+    only reads text the process may see anyway (docs/skills.md).
     """
     groups = [s.allowed_tools for s in loaded_skills]
     if agent is not None:
         groups.append(agent.tools)
-    return union_tools(*groups)
+    tools = union_tools(*groups)
+    if tools and skill_catalog and "Skill" not in tools:
+        tools = sorted([*tools, "Skill"])
+    return tools
 
 
 __all__ = ["project_doc", "build_system_prompt", "allowed_tools", "select_skills",
-           "detect_synergies", "available_skills_block", "SkillNotFound"]
+           "detect_synergies", "available_skills_block", "catalog", "catalog_budget",
+           "estimate_tokens", "SkillNotFound"]

@@ -22,6 +22,7 @@ from .loop import run as run_loop
 from .process import (
     EXIT_ERROR, EXIT_KILLED, EXIT_TIMEOUT, Budget, Process, State,
 )
+from .grants import intersect
 from .plan import SpawnPlan
 from .request import SpawnRequest
 from .trace import Tracer, quote
@@ -142,10 +143,11 @@ class Kernel:
         parent = self.table.get(ppid) if ppid else None
         if parent is None or not parent.alive:
             ppid, parent = 0, None
+        ceiling = None
         if parent is not None and parent.allowed_tools:
             # a child never holds a tool its parent lacks (empty = unrestricted)
-            mine = plan.allowed_tools or parent.allowed_tools
-            plan.allowed_tools = sorted(set(mine) & set(parent.allowed_tools)) or [NO_TOOLS]
+            ceiling = list(parent.allowed_tools)
+            plan.allowed_tools = intersect(plan.allowed_tools, parent.allowed_tools) or [NO_TOOLS]
         if self._nursery is None:
             raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
         pid = await self._next_pid()
@@ -153,6 +155,7 @@ class Kernel:
             pid=pid, intent=req.intent, ppid=ppid, agent=plan.agent, skills=list(plan.skills),
             provider=plan.provider, model=plan.model or getattr(driver, "default_model", None),
             allowed_tools=list(plan.allowed_tools), system_prompt=plan.system_prompt,
+            usable_skills=plan.usable_skills, skill_grants=plan.skill_grants, tool_ceiling=ceiling,
             fallback_model=plan.fallback_model, fallback_provider=plan.fallback_provider,
             budget=self._budget(req, plan), cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
         )

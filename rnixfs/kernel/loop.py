@@ -58,7 +58,7 @@ def tool_mode(driver) -> str:
 
 
 def schema_prompt(allowed: list[str]) -> str:
-    names = [n for n in T.NAMES if not allowed or n in allowed]
+    names = T.offered(allowed)
     described = "; ".join(f"{n}({', '.join(T.SPECS[n][1])}): {T.SPECS[n][0]}" for n in names)
     return SCHEMA_INSTRUCTIONS.format(tools=described)
 
@@ -235,8 +235,10 @@ async def _step(kernel, proc: Process, model: Model):
         try:
             # step_timeout is a heartbeat: every chunk that arrives renews it
             with trio.fail_after(timeout) as heartbeat:
+                # drivers that run their own tools (claude-cli) are bounded by the grants
+                bound = {"grants": proc.allowed_tools} if getattr(model.driver, "takes_grants", False) else {}
                 stream = model.driver.stream_chat(proc.messages, model=proc.model,
-                                                  max_tokens=remaining, extra=extra)
+                                                  max_tokens=remaining, extra=extra, **bound)
                 async with aclosing(stream):  # a cancelled step closes its HTTP stream now
                     async for chunk in stream:
                         heartbeat.deadline = trio.current_time() + timeout

@@ -17,3 +17,8 @@ class SpawnPlan:
     budget: dict = field(default_factory=dict)
     fallback_model: str | None = None
     fallback_provider: str | None = None
+    # Skills the Skill tool and Read may reach beyond the loaded ones: None =
+    # every loadable skill without disable-model-invocation.
+    usable_skills: list[str] | None = None
+    # May an activated skill's allowed-tools join the grants? (docs/skills.md)
+    skill_grants: bool = True

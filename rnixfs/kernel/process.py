@@ -52,6 +52,9 @@ class Process:
     fallback_model: str | None = None
     fallback_provider: str | None = None
     allowed_tools: list[str] = field(default_factory=list)
+    usable_skills: list[str] | None = None   # see SpawnPlan
+    skill_grants: bool = True
+    tool_ceiling: list[str] | None = None    # the parent's grants at spawn (None: no ceiling)
     system_prompt: str = ""
     budget: Budget = field(default_factory=Budget)
     cwd: str = "."

@@ -2,7 +2,11 @@
 
 Read/Write/Edit/Glob/Grep go through the workspace device (``/dev/fs``),
 Bash through the shell device (``/dev/shell``) — the same code the mount
-uses — and Spawn/Wait through the kernel. A denied or failing call is a
+uses — and Spawn/Wait through the kernel. Skill loads a skill's body (the
+activation syscall); the files of the skills a process may use are
+readable, never writable, by Read/Glob/Grep at the paths the catalog and
+Skill give (``/skills/<name>/…`` works too). Grants are checked by
+``grants`` (docs/skills.md, "Grants"). A denied or failing call is a
 SyscallError in the trace and an ``error: …`` text the model sees; the
 process goes on.
 """
@@ -16,6 +20,7 @@ import threading
 
 import trio
 
+from . import grants as G
 from .errors import Code, SyscallError
 from .process import Process
 from .request import SpawnRequest
@@ -29,6 +34,9 @@ EDIT_CAP = 16 * 1024 * 1024  # an Edit never writes back a cut file
 BASH_TIMEOUT = 120.0
 BASH_TIMEOUT_MAX = 3600.0
 SEARCH_TIMEOUT = 60.0  # seconds a Glob or Grep may walk before it ends truncated
+SKILL_CAP = 64 * 1024  # a skill body is instructions: more room than a tool result
+SKILL_FILES_SHOWN = 100
+SKILL_SEARCH_HITS = 50
 
 _S = {"type": "string"}
 _I = {"type": "integer"}
@@ -47,13 +55,22 @@ SPECS = {
     "Spawn": ("Start a child agent process with an intent; returns its PID.",
               {"intent": _S, "agent": _S}, ["intent"]),
     "Wait": ("Wait for a child process to exit; returns its exit line and result.", {"pid": _I}, ["pid"]),
+    "Skill": ("Load a skill's full instructions by name (from available_skills); "
+              "or find skills: give query (words) instead of name.",
+              {"name": _S, "query": _S}, []),
 }
 NAMES = tuple(SPECS)
 
 
+def offered(allowed: list[str]) -> list[str]:
+    """Tool names a process may call (a scoped grant offers its tool)."""
+    names = G.tool_names(allowed)
+    return [n for n in NAMES if not allowed or n in names]
+
+
 def schemas(allowed: list[str]) -> list[dict]:
     """OpenAI function specs of the tools a process may call."""
-    names = [n for n in NAMES if not allowed or n in allowed]
+    names = offered(allowed)
     return [{"type": "function", "function": {
         "name": n, "description": SPECS[n][0],
         "parameters": {"type": "object", "properties": SPECS[n][1], "required": SPECS[n][2]}}}
@@ -62,7 +79,7 @@ def schemas(allowed: list[str]) -> list[dict]:
 
 def answer_schema(allowed: list[str]) -> dict:
     """The JSON a schema-constrained model must answer with (weak models)."""
-    names = [n for n in NAMES if not allowed or n in allowed]
+    names = offered(allowed)
     return {
         "type": "object",
         "properties": {"tool": {"type": "string", "enum": [*names, "answer"]},
@@ -83,6 +100,10 @@ class ToolError(Exception):
     """A tool refused its arguments: shown to the model, traced as INVALID."""
 
 
+def _denied(cause: str, syscall: str, device: str = "") -> SyscallError:
+    return SyscallError(Code.PERMISSION, f"permission denied: {cause}", syscall=syscall, device=device)
+
+
 def _arg(args: dict, key: str, kind=str, required: bool = True):
     value = args.get(key)
     if value is None:
@@ -99,12 +120,15 @@ def _arg(args: dict, key: str, kind=str, required: bool = True):
 class Tools:
     """Runs tool calls for processes of one kernel."""
 
-    def __init__(self, kernel, workspace, shell, *, mount: str = "", env: dict | None = None):
+    def __init__(self, kernel, workspace, shell, *, mount: str = "", env: dict | None = None,
+                 skills=None, open_root=None):
         self.kernel = kernel
         self.ws = workspace
         self.shell = shell
         self.mount = mount
         self.env = dict(os.environ if env is None else env)  # without provider keys
+        self.skills = skills  # () -> skills Resolution (cached by the catalog), or None
+        self._open_root = open_root  # Path -> a confined workspace (devices.fs.Workspace)
 
     async def call(self, proc: Process, name: str, args) -> str:
         tracer = self.kernel.tracer
@@ -115,14 +139,15 @@ class Tools:
                                syscall="Tool", pid=proc.pid)
             tracer.emit(proc, "Tool", quote(name), f"-1 {err}", dur_ms=0, error=err)
             return f"error: {err.cause}"
-        if proc.allowed_tools and name not in proc.allowed_tools:
+        if not G.Grants(proc.allowed_tools).allows_tool(name):
             err = SyscallError(Code.PERMISSION,
                                f"{name} is not allowed (allowed tools: {', '.join(proc.allowed_tools)})",
                                syscall=name, pid=proc.pid, device=_DEVICE.get(name, ""))
             tracer.emit(proc, name, _summary(args), f"-1 {err}", dur_ms=0, error=err)
             return f"error: permission denied: {err.cause}"
         try:
-            return cap(await getattr(self, "_" + name.lower())(proc, args))
+            return cap(await getattr(self, "_" + name.lower())(proc, args),
+                       SKILL_CAP if name == "Skill" else RESULT_CAP)
         except ToolError as exc:
             err = SyscallError(Code.INVALID, str(exc), syscall=name, pid=proc.pid)
             tracer.emit(proc, name, _summary(args), f"-1 {err}", dur_ms=0, error=err)
@@ -145,14 +170,112 @@ class Tools:
             return "."
         return path
 
-    async def _open(self, proc: Process, rel: str, mode: str):
-        rel = self.relative(rel)
-        device = f"/dev/fs/{rel}"
-        async with self.kernel.tracer.syscall(proc, "Open", f"{quote(device)}, {mode}", device=device) as c:
-            path = await trio.to_thread.run_sync(self.ws.resolve, rel)
-            fd = proc.alloc_fd(f"/dev/fs/{path}")
-            c.result = f"FD({fd})"
-        return fd, path
+    # -- skill files (read-only) -----------------------------------------------------------
+    def usable_skills(self, proc: Process) -> dict:
+        """name -> Skill for every skill ``proc`` may load or read (blocking)."""
+        if self.skills is None:
+            return {}
+        loaded = set(proc.skills)
+        out = {}
+        for name, s in self.skills().skills.items():
+            if name in loaded:
+                out[name] = s
+            elif proc.usable_skills is not None:
+                if name in proc.usable_skills:
+                    out[name] = s
+            elif not getattr(s, "disable_model_invocation", False):
+                out[name] = s
+        return out
+
+    def skill_target(self, proc: Process, raw: str):
+        """(skill, path inside it, the base as written) when ``raw`` names a
+        file of a skill ``proc`` may use outside the project; else None."""
+        if self.skills is None or not isinstance(raw, str):
+            return None
+        p = os.path.expanduser(raw) if raw.startswith("~") else raw
+        if not p.startswith("/") or self.relative(p) != p or p == "/dev/fs":
+            return None  # workspace paths: a project skill is a workspace file (protected paths apply)
+        virtual = ["/skills/"] + ([self.mount.rstrip("/") + "/skills/"] if self.mount else [])
+        usable = None
+        for prefix in virtual:
+            if p.startswith(prefix):
+                name, _, rest = p[len(prefix):].partition("/")
+                usable = self.usable_skills(proc)
+                if name not in usable:
+                    raise SyscallError(Code.NOT_FOUND, f'no skill "{name}" this process may use',
+                                       syscall="Open", device=p)
+                return usable[name], rest.strip("/") or ".", prefix + name
+        usable = self.usable_skills(proc) if usable is None else usable
+        for s in usable.values():
+            for base in dict.fromkeys((str(s.path), os.path.realpath(s.path))):
+                if p == base or p.startswith(base.rstrip("/") + "/"):
+                    return s, p[len(base):].strip("/") or ".", base
+        return None
+
+    def _skill_root(self, skill):
+        """A confined, read-only view of one skill directory."""
+        if skill.confine is not None and not G_within(os.path.realpath(skill.path), skill.confine):
+            raise SyscallError(Code.PERMISSION, f'skill "{skill.name}" leaves its project', syscall="Open")
+        if self._open_root is None:
+            from ..devices.fs import Workspace  # the same fd-relative, confined walker
+            return Workspace(skill.path)
+        return self._open_root(skill.path)
+
+    async def _target(self, proc: Process, raw: str, tool: str):
+        """(workspace, rel, device root, owned) for a path argument; an owned
+        workspace (a skill's) is the caller's to close."""
+        try:
+            hit = await trio.to_thread.run_sync(self.skill_target, proc, raw)
+        except SyscallError as err:
+            err.pid = proc.pid
+            self.kernel.tracer.emit(proc, "Open", quote(raw), f"-1 {err}", dur_ms=0, error=err)
+            raise
+        if hit is None:
+            return self.ws, self.relative(raw), "/dev/fs", False
+        skill, rel, base = hit
+        root = f"/skills/{skill.name}"
+        if tool not in ("Read", "Glob", "Grep"):
+            err = _denied(f"skill files are read-only ({base})", tool, f"{root}/{rel}")
+            err.pid = proc.pid
+            self.kernel.tracer.emit(proc, tool, quote(raw), f"-1 {err}", dur_ms=0, error=err)
+            raise err
+        try:
+            ws = await trio.to_thread.run_sync(self._skill_root, skill)
+        except SyscallError as err:
+            err.pid = proc.pid
+            self.kernel.tracer.emit(proc, "Open", quote(raw), f"-1 {err}", dur_ms=0, error=err)
+            raise
+        return ws, rel, root, True
+
+    def _check_workspace(self, proc: Process, tool: str, path: str) -> None:
+        """Grants on a canonical workspace path; raises PERMISSION."""
+        grants = G.Grants(proc.allowed_tools)
+        why = grants.check_path(tool, path)
+        if why:
+            raise _denied(why, tool)
+        if tool in ("Write", "Edit") and G.protected(path) and not grants.names_protected(tool, path):
+            raise _denied(f"{path} holds agent limits (.rnix/, .agents/skills/, .mcp.json); "
+                          f"{tool} needs a grant naming it, e.g. {tool}(.rnix/**)", tool)
+
+    async def _open(self, proc: Process, raw: str, mode: str, tool: str = "Read"):
+        ws, rel, root, owned = await self._target(proc, raw, tool)
+        device = f"{root}/{rel}"
+        try:
+            async with self.kernel.tracer.syscall(proc, "Open", f"{quote(device)}, {mode}", device=device) as c:
+                if not owned and isinstance(rel, str) and not rel.startswith("/"):
+                    # the path as written first (its directory may not exist yet), then the real one
+                    self._check_workspace(proc, tool, os.path.normpath(rel))
+                path = await trio.to_thread.run_sync(ws.resolve, rel)
+                if not owned:
+                    self._check_workspace(proc, tool, path)
+                label = f"{root}/{path}"
+                fd = proc.alloc_fd(label)
+                c.result = f"FD({fd})"
+        except BaseException:
+            if owned:
+                ws.close()
+            raise
+        return fd, path, ws, label
 
     async def _close(self, proc: Process, fd: int) -> None:
         async with self.kernel.tracer.syscall(proc, "Close", f"FD({fd})"):
@@ -162,12 +285,14 @@ class Tools:
         rel = _arg(args, "path")
         offset = _arg(args, "offset", int, required=False) or 0
         limit = _arg(args, "limit", int, required=False)
-        fd, path = await self._open(proc, rel, "O_RDONLY")
+        fd, path, ws, label = await self._open(proc, rel, "O_RDONLY")
         try:
-            async with self.kernel.tracer.syscall(proc, "Read", f"FD({fd})", device=f"/dev/fs/{path}") as c:
-                data, truncated = await trio.to_thread.run_sync(self.ws.read_file, path, READ_CAP)
+            async with self.kernel.tracer.syscall(proc, "Read", f"FD({fd})", device=label) as c:
+                data, truncated = await trio.to_thread.run_sync(ws.read_file, path, READ_CAP)
                 c.result = f"{len(data)} bytes" + (" (truncated)" if truncated else "")
         finally:
+            if ws is not self.ws:
+                ws.close()
             await self._close(proc, fd)
         text = data.decode("utf-8", "replace")
         if offset or limit:
@@ -177,11 +302,11 @@ class Tools:
 
     async def _write(self, proc: Process, args: dict) -> str:
         rel, content = _arg(args, "path"), _arg(args, "content")
-        fd, path = await self._open(proc, rel, "O_WRONLY|O_CREAT|O_TRUNC")
+        fd, path, _ws, label = await self._open(proc, rel, "O_WRONLY|O_CREAT|O_TRUNC", "Write")
         data = content.encode()
         try:
             async with self.kernel.tracer.syscall(proc, "Write", f"FD({fd}), {len(data)} bytes",
-                                                  device=f"/dev/fs/{path}") as c:
+                                                  device=label) as c:
                 await trio.to_thread.run_sync(self.ws.write_file, path, data)
                 c.result = str(len(data))
         finally:
@@ -192,8 +317,7 @@ class Tools:
         rel, old, new = _arg(args, "path"), _arg(args, "old_string"), _arg(args, "new_string")
         if not old:
             raise ToolError("old_string must not be empty")
-        fd, path = await self._open(proc, rel, "O_RDWR")
-        device = f"/dev/fs/{path}"
+        fd, path, _ws, device = await self._open(proc, rel, "O_RDWR", "Edit")
         try:
             async with self.kernel.tracer.syscall(proc, "Read", f"FD({fd})", device=device) as c:
                 data, truncated = await trio.to_thread.run_sync(self.ws.read_file, path, EDIT_CAP)
@@ -217,20 +341,48 @@ class Tools:
         return f"edited {path}: replaced 1 occurrence"
 
     async def _glob(self, proc: Process, args: dict) -> str:
-        pattern = self.relative(_arg(args, "pattern"))
-        async with self.kernel.tracer.syscall(proc, "Glob", quote(pattern), device="/dev/fs") as c:
-            matches = await _search(self.ws.glob, pattern, 1000)
-            c.result = f"{len(matches)} matches" + (" (timeout)" if _timed_out(matches) else "")
-        return ("\n".join(matches) if matches else "(no matches)") + _stopped(matches)
+        raw = _arg(args, "pattern")
+        ws, pattern, root, owned = await self._target(proc, raw, "Glob")
+        try:
+            async with self.kernel.tracer.syscall(proc, "Glob", quote(pattern if not owned else raw),
+                                                  device=root) as c:
+                matches = await _search(ws.glob, pattern, 1000)
+                stopped = _stopped(matches)
+                matches = self._filter(proc, "Glob", matches, owned)
+                c.result = f"{len(matches)} matches" + (" (timeout)" if stopped else "")
+        finally:
+            if owned:
+                ws.close()
+        if owned:
+            shown = raw[:len(raw) - len(pattern)].rstrip("/")
+            matches = [f"{shown}/{m}" for m in matches]
+        return ("\n".join(matches) if matches else "(no matches)") + stopped
 
     async def _grep(self, proc: Process, args: dict) -> str:
         pattern, glob = _arg(args, "pattern"), _arg(args, "glob", required=False) or "**"
-        async with self.kernel.tracer.syscall(proc, "Grep", f"{quote(pattern)}, {quote(glob)}",
-                                              device="/dev/fs") as c:
-            hits = await _search(self.ws.grep, pattern, self.relative(glob), 500)
-            c.result = f"{len(hits)} matches" + (" (timeout)" if _timed_out(hits) else "")
-        return ("\n".join(f"{rel}:{n}: {line}" for rel, n, line in hits) if hits else "(no matches)"
-                ) + _stopped(hits)
+        ws, rel_glob, root, owned = await self._target(proc, glob, "Grep")
+        try:
+            async with self.kernel.tracer.syscall(proc, "Grep", f"{quote(pattern)}, {quote(glob)}",
+                                                  device=root) as c:
+                hits = await _search(ws.grep, pattern, rel_glob, 500)
+                stopped = _stopped(hits)
+                hits = self._filter(proc, "Grep", hits, owned)
+                c.result = f"{len(hits)} matches" + (" (timeout)" if stopped else "")
+        finally:
+            if owned:
+                ws.close()
+        shown = glob[:len(glob) - len(rel_glob)].rstrip("/") + "/" if owned else ""
+        return ("\n".join(f"{shown}{rel}:{n}: {line}" for rel, n, line in hits) if hits else "(no matches)"
+                ) + stopped
+
+    def _filter(self, proc: Process, tool: str, found, owned: bool):
+        """A scoped Glob/Grep grant sees only the paths it names."""
+        pats = None if owned else G.Grants(proc.allowed_tools).patterns(tool)
+        if pats is None:
+            return found
+        key = (lambda m: m) if tool == "Glob" else (lambda m: m[0])
+        return [m for m in found if any(G.path_matches(p, key(m)) for p in pats)]
+
 
     # -- shell ---------------------------------------------------------------------------
     async def _bash(self, proc: Process, args: dict) -> str:
@@ -238,6 +390,15 @@ class Tools:
         timeout = _arg(args, "timeout", int, required=False) or BASH_TIMEOUT
         timeout = min(max(1, timeout), BASH_TIMEOUT_MAX)
         tracer = self.kernel.tracer
+        grants = G.Grants(proc.allowed_tools)
+        why = grants.check_command(command)
+        if why is None:
+            why = G.check_bash_protected(command, grants)  # best effort: see docs/skills.md
+        if why:
+            err = _denied(why, "Bash", "/dev/shell")
+            err.pid = proc.pid
+            tracer.emit(proc, "Bash", quote(command), f"-1 {err}", dur_ms=0, error=err)
+            raise err
         async with tracer.syscall(proc, "Open", '"/dev/shell", O_RDWR', device="/dev/shell") as c:
             fd = proc.alloc_fd("/dev/shell")
             c.result = f"FD({fd})"
@@ -291,6 +452,91 @@ class Tools:
             await child.exited_event.wait()
             c.result = child.wait_line().strip()
         return child.wait_line() + (child.result or "")
+
+
+    # -- skills ------------------------------------------------------------------------------
+    async def _skill(self, proc: Process, args: dict) -> str:
+        name = (_arg(args, "name", required=False) or "").strip().lstrip("/")
+        query = (_arg(args, "query", required=False) or "").strip()
+        if not name and not query:
+            raise ToolError('missing argument "name" (or "query" to search skills)')
+        tracer = self.kernel.tracer
+        if not name:
+            async with tracer.syscall(proc, "Skill", f"query={quote(query)}", device="/skills") as c:
+                usable = await trio.to_thread.run_sync(self.usable_skills, proc)
+                words = query.lower().split()
+                hits = sorted((s for s in usable.values()
+                               if all(w in f"{s.name} {s.description}".lower() for w in words)),
+                              key=lambda s: s.name)
+                c.result = f"{len(hits)} matches"
+            if not hits:
+                return f"no skill matches {query!r}"
+            lines = [f"{s.name}: {s.description[:200]} ({s.skill_md})" for s in hits[:SKILL_SEARCH_HITS]]
+            more = len(hits) - SKILL_SEARCH_HITS
+            return "\n".join(lines) + (f"\n[{more} more; narrow the query]" if more > 0 else "")
+        async with tracer.syscall(proc, "Skill", quote(name), device=f"/skills/{name}") as c:
+            skill = await trio.to_thread.run_sync(self._activatable, proc, name)
+            body = await trio.to_thread.run_sync(self._body, skill)
+            files = await trio.to_thread.run_sync(skill.resources)
+            granted, refused = self._join_grants(proc, skill)
+            c.result = f"{len(body.encode())} bytes" + (f", +{' '.join(granted)}" if granted else "")
+        if granted:
+            tracer.emit(proc, "Grant", quote(" ".join(granted)), f"0 (skill {skill.name})", dur_ms=0)
+        if skill.name not in proc.skills:
+            proc.skills.append(skill.name)
+        head = [f"Base directory for this skill: {skill.path}"]
+        if files:
+            shown = ", ".join(f for f in files[:SKILL_FILES_SHOWN] if f != "SKILL.md")
+            extra = f" (and {len(files) - SKILL_FILES_SHOWN} more)" if len(files) > SKILL_FILES_SHOWN else ""
+            head.append(f"Files (read-only; Read/Glob/Grep them under the base directory): {shown}{extra}")
+        if granted:
+            head.append(f"Tools granted by this skill: {', '.join(granted)}")
+        if refused:
+            head.append(f"Tools this skill asks for but not granted: {', '.join(refused[0])} ({refused[1]})")
+        return "\n".join(head) + "\n\n" + body
+
+    def _activatable(self, proc: Process, name: str):
+        usable = self.usable_skills(proc)
+        if name in usable:
+            return usable[name]
+        found = self.skills().winners.get(name) if self.skills is not None else None
+        if found is None:
+            raise SyscallError(Code.NOT_FOUND, f'skill "{name}" not found')
+        if not found.valid:
+            raise SyscallError(Code.INVALID, f'skill "{name}" is not loadable: {found.error}')
+        if getattr(found, "disable_model_invocation", False):
+            raise _denied(f'skill "{name}" sets disable-model-invocation: only agent.yaml or a '
+                          "spawn request can load it", "Skill")
+        raise _denied(f'skill "{name}" is not among the skills this agent may use', "Skill")
+
+    @staticmethod
+    def _body(skill) -> str:
+        try:
+            return skill.body()
+        except Exception as exc:  # SkillInvalid: the bytes changed since resolution
+            raise SyscallError(Code.INVALID, str(exc)) from None
+
+    def _join_grants(self, proc: Process, skill) -> tuple[list[str], tuple[list[str], str] | None]:
+        """An activated skill's allowed-tools join the grants only when the
+        agent's policy allows (docs/skills.md): the process is restricted, its
+        agent sets no explicit ``tools``, and never beyond the parent's grants."""
+        wanted = list(getattr(skill, "allowed_tools", []) or [])
+        if not wanted or not proc.allowed_tools:
+            return [], None  # nothing asked, or unrestricted already
+        if not proc.skill_grants:
+            return [], (wanted, "the agent's tools list is explicit")
+        new = G.union(proc.allowed_tools, wanted)
+        if proc.tool_ceiling is not None:
+            new = G.intersect(new, proc.tool_ceiling) or list(proc.allowed_tools)
+        added = [t for t in new if t not in proc.allowed_tools]
+        left = [t for t in wanted if t not in new]
+        if added:
+            proc.allowed_tools = new
+        return added, ((left, "beyond the parent's grants") if left else None)
+
+
+def G_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 async def _search(fn, *args):

@@ -75,6 +75,7 @@ class Skill:
     error: str | None = None        # skip reason; None = loadable
     lenient: list[LenientWarning] = field(default_factory=list)
     confine: str | None = None      # realpath the copy must stay inside (project scope)
+    disable_model_invocation: bool = False  # only a user/agent.yaml loads it, never the model
     _body: str | None = field(default=None, repr=False)
 
     # --- identity ----------------------------------------------------------------
@@ -128,6 +129,8 @@ class Skill:
         self.metadata = dict(meta) if isinstance(meta, dict) else {}
         self.allowed_tools_declared = split_tools(fm.get("allowed-tools"))
         self.allowed_tools = normalize_tools(self.allowed_tools_declared)
+        dmi = fm.get("disable-model-invocation")
+        self.disable_model_invocation = dmi is True or (isinstance(dmi, str) and dmi.strip().lower() == "true")
         syn = fm.get("synergy")
         self.synergy = [{"with": s["with"].strip(), "instruction": s.get("instruction", "")}
                         for s in syn] if isinstance(syn, list) and not check_synergy(syn) else []

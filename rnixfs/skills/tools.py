@@ -5,7 +5,8 @@ model may call: ``Read Write Edit Glob Grep Bash`` ... (the Claude Code
 canonical names the seeds adopted). Older skills list device paths
 (``/dev/fs /dev/shell``); those are normalized to the tool names the device
 exposes. Anything else (unknown names, ``Bash(git:*)`` patterns, unknown
-device paths) is kept verbatim: it grants nothing a kernel does not
+device paths) is kept verbatim: scoped entries are enforced by
+``rnixfs.kernel.grants``; an unknown name grants nothing a kernel does not
 recognize, but keeps the declaration non-empty, so a skill that restricts
 tools can never become unrestricted by a typo (fail closed).
 
@@ -41,11 +42,33 @@ def split_tools(value) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        return value.split()
+        return _split_entries(value)
     if isinstance(value, (list, tuple)):
         # A list entry is one tool (it may contain spaces: "Bash(git log:*)").
         return [item.strip() for item in value if isinstance(item, str) and item.strip()]
     raise TypeError("allowed-tools must be a string or a list of strings")
+
+
+def _split_entries(text: str) -> list[str]:
+    """Split at commas and blanks outside parentheses: Claude Code writes
+    ``Read, Grep, Bash(git log:*)``; the agentskills form is space-separated."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+        if depth == 0 and (ch == "," or ch.isspace()):
+            if cur:
+                out.append("".join(cur))
+                cur = []
+            continue
+        cur.append(ch)
+    if cur:
+        out.append("".join(cur))
+    return out
 
 
 def normalize_tools(values: Iterable[str]) -> list[str]:

@@ -7,10 +7,12 @@ conversation, rendered as text, on standard input; it prints one JSON object
 {"input_tokens": N, "output_tokens": M}}`` (usage optional) and exits 0.
 The reply arrives whole, so it is one chunk. rnixfs asks for its own tools
 through the schema prompt (tool_mode "schema", the default for these
-drivers), but the CLI's built-in tools are governed by the CLI's own
-permission settings, not by allowed_tools: restrict them with ``args`` in
-providers.yaml (e.g. claude's --disallowedTools). On cancel the CLI's whole
-process group is killed.
+drivers), and the CLI's own built-in tools are bounded by the process's
+grants: claude gets ``--allowedTools``/``--disallowedTools`` built from them
+(its permission rules speak the same ``Bash(git:*)`` language); cursor-agent
+has no such flags, so a process with grants narrower than "all" is refused
+unless the provider entry says ``unbounded_tools: true`` (docs/devices.md).
+On cancel the CLI's whole process group is killed.
 """
 from __future__ import annotations
 
@@ -29,6 +31,48 @@ from .base import ChatChunk, LLMError, LLMTimeout, Usage
 log = logging.getLogger(__name__)
 
 OUTPUT_CAP = 16 * 1024 * 1024
+# Claude Code's built-in tools, and the grant each follows when not named itself.
+CLAUDE_TOOLS = {
+    "Bash": "Bash", "BashOutput": "Bash", "KillShell": "Bash", "KillBash": "Bash",
+    "Read": "Read", "NotebookRead": "Read", "LS": "Glob", "Glob": "Glob", "Grep": "Grep",
+    "Write": "Write", "Edit": "Edit", "MultiEdit": "Edit", "NotebookEdit": "Edit",
+    "WebFetch": "WebFetch", "WebSearch": "WebSearch", "Task": "Agent", "Agent": "Agent",
+    "TodoWrite": "TodoWrite", "Skill": "Skill", "SlashCommand": "SlashCommand",
+    "ExitPlanMode": "ExitPlanMode",
+}
+# args that switch claude's permission checks off: grants could not bound it
+_BYPASS = ("--dangerously-skip-permissions", "bypassPermissions", "--allow-dangerously-skip-permissions")
+
+
+class UnboundedTools(LLMError):
+    """The CLI cannot be limited to the process's grants."""
+
+
+def claude_tool_flags(grants: list[str]) -> list[str]:
+    """--allowedTools/--disallowedTools for claude from a process's grants
+    ([] = unrestricted: no flags)."""
+    if not grants:
+        return []
+    from ...kernel.grants import Grants  # the one grant model
+
+    g = Grants(grants)
+    allowed: list[str] = []
+    disallowed: list[str] = []
+    for tool, follows in CLAUDE_TOOLS.items():
+        own = tool if any(e.tool == tool for e in g.entries) else follows
+        pats = g.patterns(own) if g.allows_tool(own) else []
+        if pats is None:
+            allowed.append(tool)
+        elif pats and own == tool:
+            allowed += [f"{tool}({p})" for p in pats]   # claude enforces the patterns itself
+        else:
+            disallowed.append(tool)
+    flags = []
+    if allowed:
+        flags += ["--allowedTools", ",".join(allowed)]
+    if disallowed:
+        flags += ["--disallowedTools", ",".join(disallowed)]
+    return flags
 
 
 def render(messages: list[dict]) -> str:
@@ -66,18 +110,38 @@ class CLIProvider:
     async def aclose(self) -> None:
         pass
 
-    def _argv(self, model: str | None) -> list[str]:
+    takes_grants = True  # the loop passes the process's grants (see the module docstring)
+
+    def _tool_flags(self, grants: list[str] | None) -> list[str]:
+        if not grants:
+            return []
+        narrowed = ", ".join(grants)
+        bypass = any(a == b or a.endswith("=" + b) for a in self.cfg.args for b in _BYPASS)
+        if self.cfg.type == "claude-cli" and not bypass:
+            return claude_tool_flags(grants)
+        if self.cfg.unbounded_tools:
+            return []
+        why = ("its args switch permission checks off" if bypass
+               else "it has no flags to limit its own tools")
+        raise UnboundedTools(
+            f"provider {self.name} ({self.cfg.type}) cannot be limited to this process's tools "
+            f"({narrowed}): {why}; set unbounded_tools: true on the provider in providers.yaml "
+            f"to run it anyway", retryable=False)
+
+    def _argv(self, model: str | None, grants: list[str] | None = None) -> list[str]:
+        flags = self._tool_flags(grants)
         exe = shutil.which(self.cfg.command or "")
         if exe is None:
             raise LLMError(f"{self.cfg.command!r} not found on PATH (provider {self.name}, type {self.cfg.type})")
         argv = [exe, "-p", "--output-format", "json"]
         if model:
             argv += ["--model", model]
-        return argv + list(self.cfg.args)
+        return argv + list(self.cfg.args) + flags
 
     async def stream_chat(self, messages: list[dict], *, model: str | None = None,
-                          max_tokens: int | None = None, extra: dict | None = None) -> AsyncIterator[ChatChunk]:
-        argv = self._argv(model or self.default_model)
+                          max_tokens: int | None = None, extra: dict | None = None,
+                          grants: list[str] | None = None) -> AsyncIterator[ChatChunk]:
+        argv = self._argv(model or self.default_model, grants)
         prompt = render(messages).encode()
         try:
             with trio.fail_after(self.cfg.timeout):
