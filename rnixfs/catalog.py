@@ -107,12 +107,16 @@ class Catalog:
         if agent is not None:
             budget = {"max_steps": agent.max_steps or None, "max_tokens": agent.max_tokens or None,
                       "max_cost": agent.max_cost or None, "step_timeout": agent.step_timeout_s,
-                      "context_budget": agent.context_budget or None}
+                      "context_budget": agent.context_budget or None, "max_time": agent.max_time_s,
+                      "ctx_size": agent.ctx_size or None}
         return SpawnPlan(agent=agent.name if agent else "default", provider=choice.provider,
                          model=choice.model, skills=[s.name for s in loaded],
                          allowed_tools=allowed_tools(agent, loaded), system_prompt=prompt,
                          budget=budget, fallback_model=choice.fallback or None,
-                         fallback_provider=choice.fallback_provider or None)
+                         fallback_provider=choice.fallback_provider or None,
+                         reasoning_effort=choice.reasoning_effort,
+                         planning=agent.planning if agent else False,
+                         warnings=list(agent.warnings) if agent else [])
 
 
 def _encode(value) -> bytes:

@@ -19,6 +19,7 @@ import uuid6
 from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
+from .limits import load_limits
 from .devices import shell
 from .devices.fs import Workspace
 from .devices.llm.registry import ProviderRegistry
@@ -74,6 +75,7 @@ class Daemon:
         cfg = self.cfg
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         providers_cfg = load_providers(cfg.config_dir)
+        limits = load_limits(cfg.config_dir)
         store = self.store = Store(cfg.state_dir / "rnixfs.db")
         recovered = await trio.to_thread.run_sync(store.recover, self.id)
         if recovered:
@@ -86,7 +88,7 @@ class Daemon:
         await trio.to_thread.run_sync(catalog.install_builtins)
         self.kernel = Kernel(
             store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
-            planner=catalog.plan,
+            planner=catalog.plan, limits=limits,
         )
         store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         try:

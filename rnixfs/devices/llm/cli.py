@@ -29,6 +29,8 @@ from .base import ChatChunk, LLMError, LLMTimeout, Usage
 log = logging.getLogger(__name__)
 
 OUTPUT_CAP = 16 * 1024 * 1024
+# OpenAI's effort names that claude's --effort (low, medium, high, xhigh, max) lacks
+CLAUDE_EFFORT = {"none": "low", "minimal": "low"}
 
 
 def render(messages: list[dict]) -> str:
@@ -66,18 +68,20 @@ class CLIProvider:
     async def aclose(self) -> None:
         pass
 
-    def _argv(self, model: str | None) -> list[str]:
+    def _argv(self, model: str | None, effort: str | None = None) -> list[str]:
         exe = shutil.which(self.cfg.command or "")
         if exe is None:
             raise LLMError(f"{self.cfg.command!r} not found on PATH (provider {self.name}, type {self.cfg.type})")
         argv = [exe, "-p", "--output-format", "json"]
         if model:
             argv += ["--model", model]
+        if effort and self.cfg.type == "claude-cli":  # agent.yaml models.reasoning_effort
+            argv += ["--effort", CLAUDE_EFFORT.get(effort, effort)]
         return argv + list(self.cfg.args)
 
     async def stream_chat(self, messages: list[dict], *, model: str | None = None,
                           max_tokens: int | None = None, extra: dict | None = None) -> AsyncIterator[ChatChunk]:
-        argv = self._argv(model or self.default_model)
+        argv = self._argv(model or self.default_model, (extra or {}).get("reasoning_effort"))
         prompt = render(messages).encode()
         try:
             with trio.fail_after(self.cfg.timeout):
