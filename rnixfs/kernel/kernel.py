@@ -153,12 +153,14 @@ class Kernel:
             self._check_child_limits(parent)
         budget = self._budget(req, plan)
         account = self._account(budget, parent)
-        pid = await self._next_pid()
+        # counted before the next await, so concurrent spawns cannot all pass the caps
+        self._count_child(parent, +1)
+        try:
+            pid = await self._next_pid()
+        except BaseException:
+            self._count_child(parent, -1)
+            raise
         account.pid = pid
-        if parent is not None:  # counted once the PID is taken: nothing else can fail now
-            parent.spawned += 1
-            for a in parent.account.chain():
-                a.descendants += 1
         proc = Process(
             pid=pid, intent=req.intent, ppid=ppid, agent=plan.agent, skills=list(plan.skills),
             provider=plan.provider, model=plan.model or getattr(driver, "default_model", None),
@@ -221,6 +223,13 @@ class Kernel:
         deadline = min((a.deadline for a in parent.account.chain() if a.deadline is not None), default=None)
         if deadline is not None and time.monotonic() >= deadline:
             raise refuse(f"max_time of PID {parent.pid} has run out: no time left for a child")
+
+    @staticmethod
+    def _count_child(parent: Process | None, n: int) -> None:
+        if parent is not None:
+            parent.spawned += n
+            for a in parent.account.chain():
+                a.descendants += n
 
     def _account(self, budget: Budget, parent: Process | None) -> Account:
         """A child's limits are min(its own, what its ancestors have left)."""
