@@ -105,3 +105,14 @@ def test_render_keeps_roles():
     text = render([{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
                    {"role": "assistant", "content": "A"}, {"role": "tool", "content": "T"}])
     assert text == "S\n\n[user]\nU\n\n[assistant]\nA\n\n[tool result]\nT\n"
+
+
+@pytest.mark.parametrize("kind,effort,flag", [
+    ("claude-cli", "high", ["--effort", "high"]),
+    ("claude-cli", "minimal", ["--effort", "low"]),   # claude has no "minimal"
+    ("cursor-cli", "high", []),                      # cursor-agent has no such flag
+])
+def test_reasoning_effort_becomes_the_cli_flag(standin, kind, effort, flag):
+    ask(provider(kind, model="m1"), "think", extra={"reasoning_effort": effort})
+    call = json.loads(standin.read_text().splitlines()[-1])
+    assert call["argv"] == ["-p", "--output-format", "json", "--model", "m1", *flag]
