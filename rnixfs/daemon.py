@@ -68,6 +68,7 @@ class Daemon:
             "linger": self.cfg.linger,
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
+            "limits": self.kernel.limits.to_json() if self.kernel else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
         }
 

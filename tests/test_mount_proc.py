@@ -101,7 +101,7 @@ def test_echo_spawns_one_process_listed_by_ls(mnt):
     # ls -l shows a directory per process, and the expected files inside it.
     assert ok(mnt, f'stat -c %F "$M/proc/{pid}"').strip() == "directory"
     assert sorted(ok(mnt, f'ls "$M/proc/{pid}"').split()) == sorted(
-        ["status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd"])
+        ["status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd", "plan"])
     assert mnt.daemon_alive()
 
 
