@@ -41,7 +41,7 @@ class Limits:
     step_timeout: float | None = 300.0     # heartbeat of one reply (exit 124)
     max_tool_calls: int = 16               # tool calls run per step; the rest are refused
     max_children: int = 16                 # Spawns per process over its life
-    max_descendants: int = 64              # processes spawned under one process, all levels
+    max_descendants: int = 64              # processes ever spawned below one, all levels
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -367,3 +367,24 @@ def test_bad_limits_yaml_is_one_readable_line(text, words):
     with pytest.raises(LimitsError) as exc:
         parse_limits(text)
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_child_cannot_raise_its_budget_above_its_parents(tmp_path, scripted_server):
+    """Hostile: an agent asks proc/new (here: the same kernel call) for a
+    huge budget, or for none; it gets at most what its parent has left."""
+    async def body(k):
+        parent = await k.spawn(parse(json.dumps(
+            {"intent": "[[delay:30]] parent", "max_tokens": 500, "max_cost": 0.01, "max_time": "20s"}).encode()))
+        while parent.state.value != "running":
+            await trio.sleep(0.01)
+        greedy = await k.spawn(parse(json.dumps(
+            {"intent": "[[delay:30]] greedy", "max_tokens": 100_000_000, "max_cost": 1000,
+             "max_time": 0}).encode()), ppid=parent.pid)
+        budgets = greedy.status()["budget"]
+        k.get(parent.pid).cancel_scope.cancel()
+        greedy.cancel_scope.cancel()
+        return budgets
+
+    budgets = run(tmp_path, scripted_server.url, body)
+    assert budgets["max_tokens"] == 500 and budgets["max_cost"] == 0.01
+    assert 0 < budgets["max_time"] <= 20
