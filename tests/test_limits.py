@@ -388,3 +388,17 @@ def test_a_child_cannot_raise_its_budget_above_its_parents(tmp_path, scripted_se
     budgets = run(tmp_path, scripted_server.url, body)
     assert budgets["max_tokens"] == 500 and budgets["max_cost"] == 0.01
     assert 0 < budgets["max_time"] <= 20
+
+
+def test_request_takes_max_time_and_context_budget():
+    from rnixfs.kernel.errors import SyscallError
+
+    r = parse(b'{"intent": "x", "max_time": "90s", "context_budget": 2000}')
+    assert (r.max_time, r.context_budget) == (90.0, 2000)
+    assert parse(b'{"intent": "x", "max_time": 0}').max_time == 0.0  # off
+    for bad, words in (('"max_time": "soon"', "max_time must be a duration"),
+                       ('"context_budget": 0', "context_budget must be a whole number"),
+                       ('"context_budget": "big"', "context_budget must be a whole number")):
+        with pytest.raises(SyscallError) as exc:
+            parse(('{"intent": "x", %s}' % bad).encode())
+        assert exc.value.code.value == "INVALID" and words in exc.value.cause
