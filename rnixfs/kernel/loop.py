@@ -73,7 +73,10 @@ def over_budget(proc: Process, *, strict: bool) -> ProcessExit | None:
         spent, limit = f"{owner.tokens} tokens used", owner.max_tokens
     else:
         spent, limit = f"${owner.cost:.6f} spent", f"${owner.max_cost}"
-    whose = "" if owner is proc.account else f" by PID {owner.pid} and its descendants"
+    if owner is not proc.account:
+        whose = f" by PID {owner.pid} and its descendants"
+    else:
+        whose = " by this process and its descendants" if owner.descendants else ""
     return budget_error(proc, name, f"{spent}{whose}, limit {limit}", _CODES[name])
 
 
