@@ -116,7 +116,18 @@ class Catalog:
                          fallback_provider=choice.fallback_provider or None,
                          reasoning_effort=choice.reasoning_effort,
                          planning=agent.planning if agent else False,
-                         warnings=list(agent.warnings) if agent else [])
+                         warnings=_spawn_warnings(agent, choice, default_provider))
+
+
+def _spawn_warnings(agent, choice, default_provider: str) -> list[str]:
+    """The manifest's warnings, plus model preferences this spawn cannot use."""
+    if agent is None:
+        return []
+    out = list(agent.warnings)
+    if choice.provider != (agent.models.provider or default_provider):
+        out += [f"models.{k} is not used: the request chose provider {choice.provider}"
+                for k in ("preferred", "fallback", "fallback_provider") if getattr(agent.models, k)]
+    return out
 
 
 def _encode(value) -> bytes:

@@ -402,3 +402,29 @@ def test_request_takes_max_time_and_context_budget():
         with pytest.raises(SyscallError) as exc:
             parse(('{"intent": "x", %s}' % bad).encode())
         assert exc.value.code.value == "INVALID" and words in exc.value.cause
+
+
+def test_the_catalog_plan_carries_the_manifest_fields(tmp_path):
+    from rnixfs.catalog import Catalog
+
+    project, cfg = tmp_path / "p", tmp_path / "cfg"
+    d = project / ".rnix" / "agents" / "full"
+    d.mkdir(parents=True)
+    (d / "agent.yaml").write_text(
+        "name: full\nmodels: {provider: main, preferred: big, fallback: small, reasoning_effort: low}\n"
+        "planning: true\nctx_size: 12\nmax_time: 2m\nmax_steps: 0\nsla: {p99: 1s}\n")
+    (d / "instructions.md").write_text("Be brief.\n")
+    catalog = Catalog(project, cfg)
+    models = {"main": "m-main", "other": "m-other"}
+    plan = catalog.plan(parse(b'{"intent": "x", "agent": "full"}'), default_provider="main",
+                        driver_models=models, cwd=project)
+    assert plan.planning is True and plan.reasoning_effort == "low"
+    assert plan.budget["ctx_size"] == 12 and plan.budget["max_time"] == 120.0
+    assert plan.budget["max_steps"] is None  # 0 = the daemon's default
+    assert plan.warnings == ["sla is set but rnixfs does not act on it: it has no effect"]
+    moved = catalog.plan(parse(b'{"intent": "x", "agent": "full", "provider": "other"}'),
+                         default_provider="main", driver_models=models, cwd=project)
+    assert moved.warnings[1:] == ["models.preferred is not used: the request chose provider other",
+                                  "models.fallback is not used: the request chose provider other"]
+    default = catalog.plan(parse(b"x"), default_provider="main", driver_models=models, cwd=project)
+    assert default.planning is False and default.warnings == [] and default.reasoning_effort == ""
