@@ -1,7 +1,8 @@
 """claude-cli and cursor-cli: a model behind a command-line agent.
 
 Protocol (what both CLIs document for headless use): the command runs as
-``COMMAND -p --output-format json [--model MODEL] [ARGS...]`` with the whole
+``COMMAND -p --output-format json [--model MODEL] [--effort LEVEL] [ARGS...]``
+(``--effort``: claude only, from agent.yaml ``models.reasoning_effort``) with the whole
 conversation, rendered as text, on standard input; it prints one JSON object
 ``{"type": "result", "is_error": false, "result": "...", "usage":
 {"input_tokens": N, "output_tokens": M}}`` (usage optional) and exits 0.
