@@ -91,6 +91,8 @@ def test_spawn_and_wait_children(tmp_path, scripted_server):
     # the child is PID 2: the parent's next reply waits for it, then answers
     scripted_server.enqueue({"match": "spawned PID 2", "tool_calls": [call("Wait", {"pid": 2}, "w")]})
     scripted_server.enqueue({"match": "exited(0)", "content": "all done"})
+    # the child answers slowly: the parent is still running (in Wait) when the test looks
+    scripted_server.enqueue({"match": "child work", "content": "echo: child work", "delay": 0.5})
 
     async def body(k):
         parent = await k.spawn(parse(b"parent"))
