@@ -107,7 +107,8 @@ class Catalog:
         if agent is not None:
             budget = {"max_steps": agent.max_steps or None, "max_tokens": agent.max_tokens or None,
                       "max_cost": agent.max_cost or None, "step_timeout": agent.step_timeout_s,
-                      "context_budget": agent.context_budget or None}
+                      "context_budget": agent.context_budget or None, "max_time": agent.max_time_s,
+                      "ctx_size": agent.ctx_size or None}
         deferred = agent is not None and bool(agent.deferred_skills)
         return SpawnPlan(agent=agent.name if agent else "default", provider=choice.provider,
                          model=choice.model, skills=[s.ref_name for s in loaded],
@@ -117,7 +118,21 @@ class Catalog:
                          fallback_provider=choice.fallback_provider or None,
                          # grants policy and skill reach: docs/skills.md, "Grants"
                          usable_skills=[s.name for s in available] if deferred else None,
-                         skill_grants=agent is None or not agent.tools)
+                         skill_grants=agent is None or not agent.tools,
+                         reasoning_effort=choice.reasoning_effort,
+                         planning=agent.planning if agent else False,
+                         warnings=_spawn_warnings(agent, choice, default_provider))
+
+
+def _spawn_warnings(agent, choice, default_provider: str) -> list[str]:
+    """The manifest's warnings, plus model preferences this spawn cannot use."""
+    if agent is None:
+        return []
+    out = list(agent.warnings)
+    if choice.provider != (agent.models.provider or default_provider):
+        out += [f"models.{k} is not used: the request chose provider {choice.provider}"
+                for k in ("preferred", "fallback", "fallback_provider") if getattr(agent.models, k)]
+    return out
 
 
 def _encode(value) -> bytes:

@@ -95,6 +95,9 @@ def mount(mountpoint, project, foreground, state_dir, config_dir, linger, allow_
         from .config import load_providers
 
         load_providers(cfg.config_dir)
+        from .limits import load_limits
+
+        load_limits(cfg.config_dir)
     except ConfigError as exc:
         fail(str(exc))
     if foreground or ready_fd is not None:

@@ -20,6 +20,7 @@ from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
 from .devices import sandbox, shell
+from .limits import load_limits
 from .devices.fs import Workspace
 from .devices.llm.redact import install_log_filter, remove_log_filter
 from .devices.llm.registry import ProviderRegistry
@@ -70,6 +71,7 @@ class Daemon:
             "linger": self.cfg.linger,
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
+            "limits": self.kernel.limits.to_json() if self.kernel else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
             "sandbox": self.sandbox.describe() if self.sandbox else None,
         }
@@ -85,6 +87,7 @@ class Daemon:
             lambda: shell.configure(writable=[cfg.project]))
         if not self.sandbox.active:
             log.warning("commands run without a sandbox (%s): %s", self.sandbox.policy, self.sandbox.reason)
+        limits = load_limits(cfg.config_dir)
         store = self.store = Store(cfg.state_dir / "rnixfs.db")
         recovered = await trio.to_thread.run_sync(store.recover, self.id)
         if recovered:
@@ -98,7 +101,7 @@ class Daemon:
         await trio.to_thread.run_sync(catalog.install_builtins)
         self.kernel = Kernel(
             store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
-            planner=catalog.plan,
+            planner=catalog.plan, limits=limits,
         )
         store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         try:

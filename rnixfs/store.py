@@ -119,6 +119,8 @@ class Store:
                         "cause": "the daemon stopped before the process exited",
                     }
                 status["state"] = "dead"
+                status["paused"] = False  # nothing runs any more: no flag, no open descriptor
+                status["fds"] = {}
                 conn.execute(
                     "UPDATE processes SET state='dead', exit_code=?, exited=?, status=? WHERE pid=?",
                     (status["exit_code"], status["exited"], json.dumps(status), row["pid"]),

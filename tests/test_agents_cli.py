@@ -51,6 +51,11 @@ def test_list_and_show(sb):
     assert out[-2:] == ["---", "Help well."]
     data = json.loads(ok(sb.run("agent", "show", "helper", "--json")).stdout)["data"]
     assert data["step_timeout_s"] == 600.0 and data["instructions"] == "Help well.\n" and data["planning"] is False
+    # fields rnixfs reads but does not act on are never silent
+    agent(pbase, "quiet", "name: quiet\nsla: {latency: 1s}\nalternatives: [helper]\n")
+    out = ok(sb.run("agent", "show", "quiet")).stdout.splitlines()
+    assert "warning: sla is set but rnixfs does not act on it: it has no effect" in out
+    assert "warning: alternatives is set but rnixfs does not act on it: it has no effect" in out
 
 
 def test_empty(sb):

@@ -188,3 +188,13 @@ def test_the_loop_passes_a_processes_grants_to_the_cli(tmp_path, standin):
     assert "Bash(git:*)" in flag(argv, "--allowedTools") and "Write" in flag(argv, "--disallowedTools")
     assert cursor.exit_code != 0 and "cannot be limited" in cursor.error["cause"]
     assert "unbounded_tools" in cursor.trace.decode()
+
+@pytest.mark.parametrize("kind,effort,flag", [
+    ("claude-cli", "high", ["--effort", "high"]),
+    ("claude-cli", "minimal", ["--effort", "low"]),   # claude has no "minimal"
+    ("cursor-cli", "high", []),                      # cursor-agent has no such flag
+])
+def test_reasoning_effort_becomes_the_cli_flag(standin, kind, effort, flag):
+    ask(provider(kind, model="m1"), "think", extra={"reasoning_effort": effort})
+    call = json.loads(standin.read_text().splitlines()[-1])
+    assert call["argv"] == ["-p", "--output-format", "json", "--model", "m1", *flag]

@@ -11,7 +11,7 @@ import uuid
 import psutil
 import pytest
 
-from tests.mountutil import needs_fuse, sh, wait_for
+from tests.mountutil import needs_fuse, scripted_providers, sh, wait_for
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 
@@ -266,3 +266,93 @@ def test_a_child_never_holds_a_tool_its_parent_lacks(mnt, scripted_server):
     assert mnt.wait(child).startswith("exited(0)")
     assert mnt.status(child)["allowed_tools"] == ["Read", "Skill", "Spawn"] and not marker.exists()
     assert "-1 [PERMISSION]" in open(mnt.p(f"proc/{child}/trace")).read()
+
+
+def make_agent(project, name, yaml_text, instructions="Work carefully.\n"):
+    d = project / ".rnix" / "agents" / name
+    d.mkdir(parents=True)
+    (d / "agent.yaml").write_text(yaml_text)
+    (d / "instructions.md").write_text(instructions)
+
+
+def test_planning_agent_shows_its_plan_and_warns_about_what_has_no_effect(mnt, scripted_server):
+    make_agent(mnt.project, "planner", "name: planner\nplanning: true\nsla: {latency: 2s}\n"
+                                       "models: {reasoning_effort: high}\n")
+    make_agent(mnt.project, "doer", "name: doer\nplanning: false\n")
+    mark = "PLAN-MARK"
+    scripted_server.enqueue({"match": mark, "content": "1. read the code\n2. answer"})
+    scripted_server.enqueue({"match": mark, "content": "done"})
+    pid = mnt.spawn(json.dumps({"agent": "planner", "intent": mark}))
+    assert mnt.wait(pid).startswith("exited(0) steps=2")
+    assert "plan" in os.listdir(mnt.p(f"proc/{pid}"))
+    res = run(mnt, f'cat "$M/proc/{pid}/plan"')
+    assert res.returncode == 0 and res.stdout == "1. read the code\n2. answer\n"
+    trace = open(mnt.p(f"proc/{pid}/trace")).read()
+    assert 'Plan("1. read the code\\n2. answer") = 26 bytes' in trace
+    assert 'Warning("sla is set but rnixfs does not act on it: it has no effect") = 0' in trace
+    plan_request, work_request = scripted_server.requests[-2:]
+    assert "tools" not in plan_request and "tools" in work_request
+    assert plan_request["reasoning_effort"] == work_request["reasoning_effort"] == "high"
+    st = json.loads(open(mnt.p(f"proc/{pid}/status")).read())
+    assert st["planning"] is True and st["reasoning_effort"] == "high"
+
+    before = len(scripted_server.requests)
+    other = mnt.spawn(json.dumps({"agent": "doer", "intent": "no plan please"}))
+    assert mnt.wait(other).startswith("exited(0) steps=1")
+    assert open(mnt.p(f"proc/{other}/plan")).read() == ""
+    assert len(scripted_server.requests) == before + 1
+    assert "Plan(" not in open(mnt.p(f"proc/{other}/trace")).read()
+
+
+def test_an_endless_tool_loop_ends_with_a_budget_error_by_default(mnt, scripted_server):
+    (mnt.project / "x.txt").write_text("x\n")
+    mark = "GLOB-FOREVER"
+    for i in range(60):  # the model never stops asking for Glob
+        scripted_server.enqueue({"match": mark, "tool_calls": [call("Glob", {"pattern": "*.txt"}, f"g{i}")]})
+    pid = mnt.spawn(mark)
+    assert mnt.wait(pid).startswith("exited(10) steps=50 ")
+    st = json.loads(open(mnt.p(f"proc/{pid}/status")).read())
+    assert st["exit_code"] == 10 and st["budget"]["max_steps"] == 50
+    assert st["error"]["cause"] == "max_steps exceeded: 50 steps done, limit 50"
+    assert st["budget"]["context_budget"] == 100000 and st["budget"]["max_time"] == 3600
+
+
+def test_limits_yaml_sets_the_defaults_and_caps_children(tmp_path, mount_factory, scripted_server):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "limits.yaml").write_text("max_steps: 3\nmax_children: 2\nmax_time: 10m\n")
+    m = mount_factory(scripted_providers(scripted_server.url))
+    (m.project / "x.txt").write_text("x\n")
+    mark = "LIMITED-LOOP"
+    for i in range(10):
+        scripted_server.enqueue({"match": mark, "tool_calls": [call("Glob", {"pattern": "*"}, f"g{i}")]})
+    pid = m.spawn(mark)
+    assert m.wait(pid).startswith("exited(10) steps=3 ")
+    assert m.status(pid)["budget"]["max_time"] == 600
+
+    # an agent's Bash writing proc/new: the third child is refused with EAGAIN
+    script = 'for i in 1 2 3; do echo "child $i" > "$RNIX_MOUNT/proc/new" || echo "refused $i"; done'
+    scripted_server.enqueue({"match": "SPAWNER", "tool_calls": [call("Bash", {"command": script}, "b")]})
+    scripted_server.enqueue({"match": "SPAWNER", "content": "done"})
+    parent = m.spawn("SPAWNER")
+    assert m.wait(parent).startswith("exited(0)")
+    results = [json.loads(line)["content"] for line in open(m.p(f"proc/{parent}/context"))
+               if '"role": "tool"' in line]
+    assert "refused 3" in results[0] and "Resource temporarily unavailable" in results[0]
+    assert "refused 1" not in results[0] and "refused 2" not in results[0]
+    st = m.status(parent)
+    assert st["tree"]["descendants"] == 2
+    assert "max_children is 2" in m.log()
+
+
+def test_a_bad_limits_yaml_refuses_the_mount(tmp_path, scripted_server):
+    from tests.mountutil import rnixfs, write_providers
+
+    config, mnt = tmp_path / "config", tmp_path / "mnt"
+    mnt.mkdir()
+    write_providers(config, scripted_providers(scripted_server.url))
+    (config / "limits.yaml").write_text("max_step: 3\n")
+    res = rnixfs("mount", str(mnt), "--project", str(tmp_path), "--state-dir", str(tmp_path / "state"),
+                 "--config-dir", str(config), check=False)
+    assert res.returncode != 0 and "unknown key 'max_step'" in res.stderr
+    assert str(mnt) not in open("/proc/mounts").read()

@@ -101,7 +101,7 @@ def test_echo_spawns_one_process_listed_by_ls(mnt):
     # ls -l shows a directory per process, and the expected files inside it.
     assert ok(mnt, f'stat -c %F "$M/proc/{pid}"').strip() == "directory"
     assert sorted(ok(mnt, f'ls "$M/proc/{pid}"').split()) == sorted(
-        ["status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd"])
+        ["status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd", "plan"])
     assert mnt.daemon_alive()
 
 
@@ -403,3 +403,25 @@ def test_budget_errors_are_readable_text_in_status(mnt):
     assert set(err) >= {"code", "syscall", "pid", "device", "cause"}
     assert err["pid"] == st["pid"]
     assert re.search(r"max_tokens exceeded: \d+ tokens used, limit 10", err["cause"])
+
+
+def test_after_a_crash_rebuilt_records_are_not_paused_and_hold_no_fds(mount_factory, scripted_server):
+    import signal
+
+    from tests.mountutil import cleanup, rnixfs
+
+    yaml = scripted_providers(scripted_server.url)
+    m1 = mount_factory(yaml)
+    pid = m1.spawn(HANG)
+    wait_for(lambda: m1.status(pid)["fds"], 30, what="the step to start")
+    ok(m1, f'echo pause > "$M/proc/{pid}/ctl"')
+    stored = lambda: json.loads(rnixfs("show", str(pid), "--json", "--state-dir", str(m1.state_dir)).stdout)  # noqa: E731
+    wait_for(lambda: stored()["paused"] is True and stored()["fds"], 30, what="the paused record in the store")
+    os.kill(m1.daemon_pid, signal.SIGKILL)
+    cleanup(m1)
+    m2 = mount_factory(yaml, name="mnt2")  # same state directory: rebuilds what m1 left
+    assert m2.daemon_pid != m1.daemon_pid
+    rebuilt = stored()
+    assert rebuilt["state"] == "dead" and rebuilt["exit_code"] == 137
+    assert rebuilt["paused"] is False and rebuilt["fds"] == {}
+    assert "the daemon stopped before the process exited" in rebuilt["error"]["cause"]

@@ -91,6 +91,8 @@ def test_spawn_and_wait_children(tmp_path, scripted_server):
     # the child is PID 2: the parent's next reply waits for it, then answers
     scripted_server.enqueue({"match": "spawned PID 2", "tool_calls": [call("Wait", {"pid": 2}, "w")]})
     scripted_server.enqueue({"match": "exited(0)", "content": "all done"})
+    # the child answers slowly: the parent is still running (in Wait) when the test looks
+    scripted_server.enqueue({"match": "child work", "content": "echo: child work", "delay": 0.5})
 
     async def body(k):
         parent = await k.spawn(parse(b"parent"))
@@ -125,7 +127,10 @@ def test_wait_on_a_stranger_is_refused(tmp_path, scripted_server):
 def test_model_then_provider_fallback_in_the_trace(tmp_path, scripted_server):
     p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:503x2]] hello"),
             fallback_model="m-cheap", fallback_provider="backup")
-    assert p.exit_code == 0 and p.provider == "backup"
+    assert p.exit_code == 0 and p.provider == "main" and p.model == "m-main"  # the spawn's choice
+    st = p.status()
+    assert (st["provider"], st["model"]) == ("main", "m-main")
+    assert (st["fallback_provider"], st["fallback_model"]) == ("backup", "m-backup")  # in force
     models = [r["model"] for r in scripted_server.requests]
     assert models == ["m-main", "m-cheap", "m-backup"]
     trace = p.trace.decode()
@@ -135,7 +140,8 @@ def test_model_then_provider_fallback_in_the_trace(tmp_path, scripted_server):
 def test_fallback_is_tried_once_then_the_error_stands(tmp_path, scripted_server):
     p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:500]] x"),
             fallback_provider="backup")
-    assert p.exit_code == 1 and p.provider == "backup" and p.error["code"] == "DRIVER"
+    assert p.exit_code == 1 and p.active_provider == "backup" and p.error["code"] == "DRIVER"
+    assert p.status()["provider"] == "main" and p.status()["fallback_provider"] == "backup"
     assert [r["model"] for r in scripted_server.requests] == ["m-main", "m-backup"]
 
 
@@ -184,7 +190,7 @@ def test_a_refused_request_skips_the_model_fallback(tmp_path, scripted_server):
     p = run(tmp_path, scripted_server.url, lambda k: spawn_wait(k, "[[fault:401]] x"),
             fallback_model="m-cheap", fallback_provider="backup")
     assert [r["model"] for r in scripted_server.requests] == ["m-main", "m-backup"]
-    assert p.provider == "backup" and "Fallback(model=" not in p.trace.decode()
+    assert p.status()["fallback_provider"] == "backup" and "Fallback(model=" not in p.trace.decode()
 
 
 def test_step_timeout_is_a_heartbeat(tmp_path, scripted_server):

@@ -15,6 +15,7 @@ API (for the kernel; no pyfuse3, no trio)::
         fallback_provider, reasoning_effort), skills, deferred_skills, tools (normalized),
         mcp, planning (default True), max_steps, max_tokens, max_cost, context_budget,
         ctx_size, step_timeout ("5m" default; "0" off) + step_timeout_s (300.0; 0.0 = off),
+        max_time ("" = the daemon's default) + max_time_s (None = default; 0.0 = off),
         compact_timeout, loop_threshold, coarse_loop_threshold, sla, alternatives,
         language, project_doc (default True), instructions, path, scope, source, warnings
 

@@ -84,13 +84,15 @@ class AgentManifest:
     tools: list[str] = field(default_factory=list)
     mcp: list | dict = field(default_factory=list)
     planning: bool = True                     # unset = true
-    max_steps: int = 0                        # 0 = the kernel's default
-    max_tokens: int = 0                       # 0 = unlimited
-    max_cost: float = 0.0                     # USD; 0 = unlimited
-    context_budget: int = 0                   # tokens; 0 = unlimited
-    ctx_size: int = 0                         # 0 = provider default
+    max_steps: int = 0                        # 0 = the daemon's default (rnixfs/limits.py)
+    max_tokens: int = 0                       # 0 = the daemon's default
+    max_cost: float = 0.0                     # USD; 0 = the daemon's default
+    context_budget: int = 0                   # tokens; 0 = the daemon's default
+    ctx_size: int = 0                         # message slots kept; 0 = all
     step_timeout: str = DEFAULT_STEP_TIMEOUT  # as written; "0" = off
     step_timeout_s: float = 300.0             # seconds; 0.0 = off
+    max_time: str = ""                        # wall clock; "" = the daemon's default, "0" = off
+    max_time_s: float | None = None           # seconds; None = the daemon's default
     compact_timeout: str = ""
     loop_threshold: int = 0
     coarse_loop_threshold: int = 0
@@ -200,8 +202,14 @@ _KNOWN = {
     "name", "description", "models", "skills", "deferred_skills", "tools", "mcp", "planning",
     "max_steps", "max_tokens", "max_cost", "context_budget", "ctx_size", "step_timeout",
     "compact_timeout", "loop_threshold", "coarse_loop_threshold", "sla", "alternatives",
-    "language", "project_doc",
+    "language", "project_doc", "max_time",
 }
+# Read and kept, but the daemon does nothing with them: a set one is a warning
+# in `agent show` and in the spawn's trace, never silence.
+NOT_ACTED_ON = ("mcp", "sla", "alternatives", "compact_timeout", "loop_threshold",
+                "coarse_loop_threshold")
+# OpenAI's reasoning_effort names and claude's --effort levels
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def parse_agent_yaml(text: str, dir_name: str = "") -> AgentManifest:
@@ -239,6 +247,10 @@ def _build(data: dict, dir_name: str) -> AgentManifest:
         unknown = sorted(str(k) for k in models if k not in _MODEL_KEYS)
         m.warnings += [f"unknown key 'models.{k}' ignored" for k in unknown]
         m.models = AgentModels(**{k: _str(models.get(k), f"models.{k}").strip() for k in _MODEL_KEYS})
+        effort = m.models.reasoning_effort
+        if effort and effort not in REASONING_EFFORTS:
+            raise AgentError(f"models.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, "
+                             f"got {effort!r}"[:200])
     m.skills = _names(data.get("skills"), "skills")
     m.deferred_skills = _names(data.get("deferred_skills"), "deferred_skills")
     m.alternatives = _names(data.get("alternatives"), "alternatives")
@@ -266,11 +278,17 @@ def _build(data: dict, dir_name: str) -> AgentManifest:
         m.compact_timeout = str(ct)
     m.loop_threshold = _signed_int(data.get("loop_threshold"), "loop_threshold")
     m.coarse_loop_threshold = _signed_int(data.get("coarse_loop_threshold"), "coarse_loop_threshold")
+    mt = data.get("max_time")
+    if mt not in (None, ""):
+        m.max_time_s = parse_duration(mt, "max_time")
+        m.max_time = str(mt)
     sla = data.get("sla")
     if sla is not None and not isinstance(sla, dict):
         raise AgentError("sla must be a mapping")
     m.sla = sla or {}
     m.language = _str(data.get("language"), "language").strip()
+    m.warnings += [f"{key} is set but rnixfs does not act on it: it has no effect"
+                   for key in NOT_ACTED_ON if getattr(m, key)]
     return m
 
 

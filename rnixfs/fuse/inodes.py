@@ -23,7 +23,7 @@ PID_BASE = 1 << 20
 FD_BASE = 1 << 52
 MAX_FD = 4096
 
-PROC_FILES = ("status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd")
+PROC_FILES = ("status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd", "plan")
 K_DIR = 0
 K = {name: i + 1 for i, name in enumerate(PROC_FILES)}
 

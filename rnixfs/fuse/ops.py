@@ -36,7 +36,7 @@ SNAPSHOT_TIMEOUT = 0.5  # status/context: size is a hint, reads are direct_io
 LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
 
 WRITABLE = {I.K["ctl"], I.K["context"]}
-SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"]}
+SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"], I.K["plan"]}
 CTL_HELP = b"term kill killtree pause resume reap\n"
 # proc/new, dev/llm/*, dev/shell run things as the daemon's user: only that
 # user may open them (default_permissions enforces it, even with allow_other)
@@ -170,6 +170,10 @@ class Operations(pyfuse3.Operations):
             if proc.alive or proc.result is None:
                 return b""
             return proc.result.encode() + (b"" if proc.result.endswith("\n") else b"\n")
+        if k == I.K["plan"]:  # agent.yaml planning: true; empty until the plan step answered
+            if not proc.plan:
+                return b""
+            return proc.plan.encode() + (b"" if proc.plan.endswith("\n") else b"\n")
         raise pyfuse3.FUSEError(errno.EIO)
 
     async def getattr(self, inode, ctx=None):

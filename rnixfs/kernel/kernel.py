@@ -16,11 +16,12 @@ from typing import Callable
 import psutil
 import trio
 
+from ..limits import Limits
 from .errors import Code, SyscallError
-from .loop import DEFAULT_SYSTEM_PROMPT, ProcessExit
+from .loop import DEFAULT_SYSTEM_PROMPT, ProcessExit, budget_error
 from .loop import run as run_loop
 from .process import (
-    EXIT_ERROR, EXIT_KILLED, EXIT_TIMEOUT, Budget, Process, State,
+    EXIT_ERROR, EXIT_KILLED, EXIT_MAX_TIME, EXIT_TIMEOUT, Account, Budget, Process, State,
 )
 from .grants import intersect
 from .plan import SpawnPlan
@@ -56,7 +57,7 @@ class Kernel:
         linger: float = 600.0,
         project: Path | None = None,
         planner: Callable[..., SpawnPlan] | None = None,
-        default_step_timeout: float | None = 300.0,
+        limits: Limits | None = None,
     ):
         self.store = store
         self.providers = providers
@@ -64,7 +65,7 @@ class Kernel:
         self.linger = linger
         self.project = (project or Path.cwd()).resolve()
         self.planner = planner or bare_plan
-        self.default_step_timeout = default_step_timeout
+        self.limits = limits or Limits()  # defaults for what neither request nor agent sets
         self.tracer = Tracer(store, self._committed)
         self.tools = None  # set by the daemon: tools.Tools over the devices
         self.host_pids: dict[int, int] = {}  # host pid of a running Bash command -> its agent
@@ -117,7 +118,7 @@ class Kernel:
         return proc.system_prompt or DEFAULT_SYSTEM_PROMPT
 
     def price(self, proc: Process, usage) -> float:
-        return self.providers.price(proc.provider, proc.model, usage)
+        return self.providers.price(proc.active_provider, proc.active_model, usage)
 
     # -- spawn ---------------------------------------------------------------------
     def check(self, req: SpawnRequest) -> tuple[SpawnPlan, object, str]:
@@ -150,14 +151,27 @@ class Kernel:
             plan.allowed_tools = intersect(plan.allowed_tools, parent.allowed_tools) or [NO_TOOLS]
         if self._nursery is None:
             raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
-        pid = await self._next_pid()
+        if parent is not None:
+            self._check_child_limits(parent)
+        budget = self._budget(req, plan)
+        account = self._account(budget, parent)
+        # counted before the next await, so concurrent spawns cannot all pass the caps
+        self._count_child(parent, +1)
+        try:
+            pid = await self._next_pid()
+        except BaseException:
+            self._count_child(parent, -1)
+            raise
+        account.pid = pid
         proc = Process(
             pid=pid, intent=req.intent, ppid=ppid, agent=plan.agent, skills=list(plan.skills),
             provider=plan.provider, model=plan.model or getattr(driver, "default_model", None),
             allowed_tools=list(plan.allowed_tools), system_prompt=plan.system_prompt,
             usable_skills=plan.usable_skills, skill_grants=plan.skill_grants, tool_ceiling=ceiling,
-            fallback_model=plan.fallback_model, fallback_provider=plan.fallback_provider,
-            budget=self._budget(req, plan), cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
+            spare_model=plan.fallback_model, spare_provider=plan.fallback_provider,
+            reasoning_effort=plan.reasoning_effort, planning=plan.planning,
+            warnings=list(plan.warnings), budget=budget, account=account,
+            cwd=cwd, env=dict(req.env), daemon=self.daemon_id,
         )
         self.table[pid] = proc
         self._sorted.append(pid)  # PIDs grow, so appending keeps it sorted
@@ -166,6 +180,8 @@ class Kernel:
         parent = f", ppid={ppid}" if ppid else ""
         self.tracer.emit(proc, "Spawn", f"{quote(proc.intent)}, agent={plan.agent}, provider={plan.provider}{parent}",
                          f"PID({pid})", dur_ms=0)
+        for warning in proc.warnings:  # what the manifest asks and rnixfs does not do: never silent
+            self.tracer.emit(proc, "Warning", quote(warning, 200), "0", dur_ms=0)
         self.checkpoint(proc)
         self.store.put_audit(self.daemon_id, "spawn", {"pid": pid, "ppid": ppid, "agent": plan.agent,
                                                        "provider": plan.provider})
@@ -173,19 +189,67 @@ class Kernel:
         return proc
 
     def _budget(self, req: SpawnRequest, plan: SpawnPlan) -> Budget:
-        """The request's budgets over the agent manifest's."""
-        b = plan.budget
+        """The request's budgets over the agent manifest's over the daemon's
+        Limits: unset (None) or 0 in a manifest means "the default", never
+        unlimited; a request's 0 turns a duration off."""
+        b, limits = plan.budget, self.limits
 
-        def pick(name):
-            value = getattr(req, name)
-            return value if value is not None else b.get(name)
+        def pick(name, zero_is_off=False):
+            for value in (getattr(req, name, None), b.get(name)):
+                if value is None or (value == 0 and not zero_is_off):
+                    continue  # unset, or a count of 0: the next level decides
+                return value or None  # a duration of 0: off
+            return getattr(limits, name)
 
-        step_timeout = pick("step_timeout")
-        if step_timeout is None:
-            step_timeout = self.default_step_timeout
         return Budget(max_steps=pick("max_steps"), max_tokens=pick("max_tokens"),
-                      max_cost=pick("max_cost"), step_timeout=step_timeout or None,
-                      context_budget=b.get("context_budget"))
+                      max_cost=pick("max_cost"), step_timeout=pick("step_timeout", True),
+                      context_budget=pick("context_budget"), max_time=pick("max_time", True),
+                      ctx_size=b.get("ctx_size") or None)
+
+    def _check_child_limits(self, parent: Process) -> None:
+        """A parent may not start children past its caps or its budgets."""
+        def refuse(cause: str):
+            return SyscallError(Code.AGAIN, cause, syscall="Spawn", pid=parent.pid, device="/proc/new")
+
+        limits = self.limits
+        if parent.spawned >= limits.max_children:
+            raise refuse(f"PID {parent.pid} has started {parent.spawned} children; "
+                         f"max_children is {limits.max_children}")
+        for a in parent.account.chain():
+            if a.descendants >= limits.max_descendants:
+                raise refuse(f"PID {a.pid} has {a.descendants} descendants; "
+                             f"max_descendants is {limits.max_descendants}")
+        over = parent.account.over(strict=False)
+        if over is not None:
+            name, owner = over
+            raise refuse(f"{name} of PID {owner.pid} is used up: no budget left for a child")
+        deadline = min((a.deadline for a in parent.account.chain() if a.deadline is not None), default=None)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise refuse(f"max_time of PID {parent.pid} has run out: no time left for a child")
+
+    @staticmethod
+    def _count_child(parent: Process | None, n: int) -> None:
+        if parent is not None:
+            parent.spawned += n
+            for a in parent.account.chain():
+                a.descendants += n
+
+    def _account(self, budget: Budget, parent: Process | None) -> Account:
+        """A child's limits are min(its own, what its ancestors have left)."""
+        account = Account(0, budget.max_tokens, budget.max_cost, parent=parent.account if parent else None)
+        if parent is not None:
+            left = parent.account.remaining_tokens()
+            if left is not None:
+                budget.max_tokens = max(0, min(left, budget.max_tokens or left))
+            left_cost = parent.account.remaining_cost()
+            if left_cost is not None:
+                budget.max_cost = max(0.0, min(left_cost, budget.max_cost or left_cost))
+            deadline = min((a.deadline for a in parent.account.chain() if a.deadline is not None),
+                           default=None)
+            if deadline is not None:
+                left_time = max(0.001, deadline - time.monotonic())
+                budget.max_time = min(left_time, budget.max_time or left_time)
+        return account
 
     def _check_cwd(self, cwd: str | None) -> str:
         if cwd is None:
@@ -212,9 +276,15 @@ class Kernel:
         with proc.cancel_scope:
             proc.move_to(State.RUNNING)
             proc.started = time.time()
+            if proc.budget.max_time is not None:
+                proc.account.deadline = time.monotonic() + proc.budget.max_time
             self.checkpoint(proc)
+            timer = trio.CancelScope(deadline=trio.current_time() + (proc.budget.max_time or float("inf")))
             try:
-                code = await run_loop(self, proc)
+                with timer:  # max_time: wall clock, steps and waits included
+                    code = await run_loop(self, proc)
+                if timer.cancelled_caught:
+                    raise budget_error(proc, "max_time", f"ran {proc.budget.max_time:g}s", EXIT_MAX_TIME)
             except ProcessExit as exc:
                 code, error = exc.code, exc.error
             except SyscallError as exc:

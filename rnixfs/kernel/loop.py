@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from contextlib import aclosing
 
 import trio
@@ -21,7 +22,8 @@ from ..devices.llm.base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccum
 from . import tools as T
 from .errors import Code, SyscallError
 from .process import (
-    EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TOKENS, EXIT_OK, EXIT_REPLY_TOO_BIG,
+    EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TIME, EXIT_MAX_TOKENS, EXIT_OK,
+    EXIT_REPLY_TOO_BIG,
     EXIT_TERMINATED, Process,
 )
 from .trace import quote
@@ -37,6 +39,15 @@ SCHEMA_INSTRUCTIONS = (
     '{{"tool": NAME, "arguments": {{...}}}}. Tools: {tools}. '
     'To give your final answer use {{"tool": "answer", "arguments": {{"text": "..."}}}}.'
 )
+PLAN_REQUEST = (
+    "Before you act, write a short numbered plan for this task (at most 10 steps). "
+    "Do not call any tool and do not give the final answer yet."
+)
+PLAN_GO = "Now carry out your plan."
+PLAN_TRACE_CHARS = 4000  # the trace line quotes the plan up to this many characters
+# Drivers that take a reasoning effort: the OpenAI request field, claude's --effort.
+EFFORT_DRIVERS = ("openai", "claude-cli")
+_CODES = {"max_tokens": EXIT_MAX_TOKENS, "max_cost": EXIT_MAX_COST}
 
 
 class ProcessExit(Exception):
@@ -53,8 +64,37 @@ def budget_error(proc: Process, what: str, cause: str, code: int) -> ProcessExit
     return ProcessExit(code, err)
 
 
+def over_budget(proc: Process, *, strict: bool) -> ProcessExit | None:
+    """max_tokens / max_cost of the process or of any ancestor (children draw on them)."""
+    over = proc.account.over(strict=strict)
+    if over is None:
+        return None
+    name, owner = over
+    if name == "max_tokens":
+        spent, limit = f"{owner.tokens} tokens used", owner.max_tokens
+    else:
+        spent, limit = f"${owner.cost:.6f} spent", f"${owner.max_cost}"
+    if owner is not proc.account:
+        whose = f" by PID {owner.pid} and its descendants"
+    else:
+        whose = " by this process and its descendants" if owner.descendants else ""
+    return budget_error(proc, name, f"{spent}{whose}, limit {limit}", _CODES[name])
+
+
 def tool_mode(driver) -> str:
     return getattr(getattr(driver, "cfg", None), "tool_mode", "native")
+
+
+def driver_type(driver) -> str:
+    return getattr(getattr(driver, "cfg", None), "type", "")
+
+
+def system_message(kernel, proc: Process, driver) -> dict:
+    """The system prompt for the driver's tool mode (rebuilt after a fallback)."""
+    prompt = kernel.system_prompt(proc)
+    if tool_mode(driver) == "schema":
+        prompt += schema_prompt(proc.allowed_tools)
+    return {"role": "system", "content": prompt}
 
 
 def schema_prompt(allowed: list[str]) -> str:
@@ -69,8 +109,8 @@ class Model:
     def __init__(self, kernel, proc: Process):
         self.kernel = kernel
         self.proc = proc
-        self.provider = proc.provider
-        self.driver = kernel.providers.get(proc.provider)
+        self.provider = proc.active_provider
+        self.driver = kernel.providers.get(self.provider)
         self.fd = 0
 
     @property
@@ -92,47 +132,64 @@ class Model:
 
         Another model of the same provider helps on an outage (timeout, 429,
         5xx, broken connection), not on a refused request (other 4xx); another
-        provider helps on both."""
+        provider helps on both. ``proc.provider``/``proc.model`` stay what the
+        spawn chose; ``active_*`` is what answers now."""
         proc = self.proc
         status = getattr(err, "status", None)
         outage = err.code == Code.TIMEOUT or status is None or status == 429 or status >= 500
-        if outage and proc.fallback_model and proc.fallback_model != proc.model:
-            old, proc.model, proc.fallback_model = proc.model, proc.fallback_model, None
-            self.kernel.tracer.emit(proc, "Fallback", f"model={quote(old or '')} -> {quote(proc.model)}",
+        if outage and proc.spare_model and proc.spare_model != proc.active_model:
+            old, proc.active_model, proc.spare_model = proc.active_model, proc.spare_model, None
+            proc.fell_back = True
+            self.kernel.tracer.emit(proc, "Fallback", f"model={quote(old or '')} -> {quote(proc.active_model)}",
                                     f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
             return True
-        if proc.fallback_provider and proc.fallback_provider != self.provider:
+        if proc.spare_provider and proc.spare_provider != self.provider:
             try:
-                driver = self.kernel.providers.get(proc.fallback_provider)
+                driver = self.kernel.providers.get(proc.spare_provider)
             except KeyError:
                 return False
-            old = self.provider
+            old, old_mode = self.provider, tool_mode(self.driver)
             await self.close()
-            self.provider, self.driver = proc.fallback_provider, driver
-            proc.provider, proc.fallback_provider = self.provider, None
-            proc.model = getattr(driver, "default_model", None)
+            self.provider, self.driver = proc.spare_provider, driver
+            proc.active_provider, proc.spare_provider = self.provider, None
+            proc.active_model = getattr(driver, "default_model", None)
+            proc.fell_back = True
             self.kernel.tracer.emit(proc, "Fallback", f"provider={old} -> {self.provider}",
                                     f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
+            if tool_mode(driver) != old_mode and proc.messages:
+                # the tool instructions of the old mode would mislead the new model
+                proc.messages[0] = system_message(self.kernel, proc, driver)
+                self.kernel.tracer.emit(proc, "Prompt", f"tool_mode={tool_mode(driver)}",
+                                        f"{len(proc.messages[0]['content'].encode())} bytes", dur_ms=0)
+            warn_effort(self.kernel, proc, self)
             await self.open()
             return True
         return False
+
+
+def warn_effort(kernel, proc: Process, model: Model) -> None:
+    """reasoning_effort that the provider cannot take is said, not dropped silently."""
+    if proc.reasoning_effort and driver_type(model.driver) not in EFFORT_DRIVERS:
+        kernel.tracer.emit(proc, "Warning", quote(
+            f"reasoning_effort={proc.reasoning_effort} is not sent: provider {model.provider} "
+            f"(type {driver_type(model.driver) or 'unknown'}) takes none", 200), "0", dur_ms=0)
 
 
 async def run(kernel, proc: Process) -> int:
     """Run ``proc`` to completion; returns the exit code (raises ProcessExit)."""
     model = Model(kernel, proc)
     await model.open()
-    prompt = kernel.system_prompt(proc)
-    if tool_mode(model.driver) == "schema":
-        prompt += schema_prompt(proc.allowed_tools)
-    proc.messages = [{"role": "system", "content": prompt}, {"role": "user", "content": proc.intent}]
+    proc.messages = [system_message(kernel, proc, model.driver), {"role": "user", "content": proc.intent}]
+    proc.pinned = 2
+    warn_effort(kernel, proc, model)
     try:
+        if proc.planning:
+            await _planning_step(kernel, proc, model)
         while True:
             await _step_boundary(kernel, proc)
             answer, calls = await _step_with_fallback(kernel, proc, model)
             if calls:
-                for call in calls:
-                    await _run_tool(kernel, proc, model, call)
+                await _run_tools(kernel, proc, model, calls)
                 if proc.term_requested:
                     raise ProcessExit(EXIT_TERMINATED)
                 continue
@@ -148,6 +205,38 @@ async def run(kernel, proc: Process) -> int:
             await model.close()
 
 
+async def _planning_step(kernel, proc: Process, model: Model) -> None:
+    """agent.yaml ``planning: true``: the first step asks for a plan, without
+    tools; the plan goes to proc/<pid>/plan and the trace, and stays pinned
+    at the head of the conversation."""
+    await _step_boundary(kernel, proc)
+    proc.messages.append({"role": "user", "content": PLAN_REQUEST})
+    text, _ = await _step_with_fallback(kernel, proc, model, planning=True)
+    proc.plan = text
+    kernel.tracer.emit(proc, "Plan", quote(text, PLAN_TRACE_CHARS), f"{len(text.encode())} bytes", dur_ms=0)
+    proc.messages.append({"role": "user", "content": PLAN_GO})
+    proc.pinned = len(proc.messages)
+    kernel.checkpoint(proc)
+
+
+async def _run_tools(kernel, proc: Process, model: Model, calls: list[dict]) -> None:
+    """Run at most ``max_tool_calls`` calls of one step; the others get an error."""
+    cap = kernel.limits.max_tool_calls
+    for call in calls[:cap]:
+        await _run_tool(kernel, proc, model, call)
+    if len(calls) > cap:
+        err = SyscallError(Code.AGAIN, f"{len(calls) - cap} of {len(calls)} tool calls not run; "
+                           f"max_tool_calls is {cap} per step", syscall="Tool", pid=proc.pid)
+        kernel.tracer.emit(proc, "Tool", f"{len(calls)} calls", f"-1 {err}", dur_ms=0, error=err)
+        for call in calls[cap:]:
+            _add_tool_result(proc, call, f"error: not run: {err.cause}")
+        kernel.checkpoint(proc)
+
+
+def _deadline(proc: Process) -> float | None:
+    return min((a.deadline for a in proc.account.chain() if a.deadline is not None), default=None)
+
+
 async def _step_boundary(kernel, proc: Process) -> None:
     while proc.paused and not proc.term_requested:
         proc.resume_event = trio.Event()
@@ -159,17 +248,71 @@ async def _step_boundary(kernel, proc: Process) -> None:
     b = proc.budget
     if b.max_steps is not None and proc.steps >= b.max_steps:
         raise budget_error(proc, "max_steps", f"{proc.steps} steps done, limit {b.max_steps}", EXIT_MAX_STEPS)
-    used = proc.tokens_in + proc.tokens_out
-    if b.max_tokens is not None and used >= b.max_tokens:
-        raise budget_error(proc, "max_tokens", f"{used} tokens used, limit {b.max_tokens}", EXIT_MAX_TOKENS)
-    if b.max_cost is not None and proc.cost >= b.max_cost:
-        raise budget_error(proc, "max_cost", f"${proc.cost:.4f} spent, limit ${b.max_cost}", EXIT_MAX_COST)
+    if (exc := over_budget(proc, strict=False)) is not None:
+        raise exc
+    deadline = _deadline(proc)
+    if deadline is not None and time.monotonic() >= deadline:
+        raise budget_error(proc, "max_time", "no wall-clock time left", EXIT_MAX_TIME)
     while proc.pending_input:
         text = proc.pending_input.pop(0)
         proc.messages.append({"role": "user", "content": text})
         kernel.tracer.emit(proc, "Steer", quote(text), "0")
+    if b.ctx_size is not None:
+        trim_slots(kernel, proc, b.ctx_size)
     if b.context_budget is not None:
         compact(kernel, proc, b.context_budget)
+
+
+def trim_slots(kernel, proc: Process, slots: int) -> None:
+    """agent.yaml ``ctx_size``: keep at most ``slots`` messages.
+
+    The pinned head (system prompt, task, plan) and everything from the
+    newest assistant message on are kept; between them whole exchanges are
+    dropped, those with tool results first, oldest first, and one note
+    (itself a slot) says how many went. A call is never separated from its
+    results, so the conversation stays valid for every API."""
+    msgs = proc.messages
+    if len(msgs) <= slots:
+        return
+    head = proc.pinned
+    has_note = proc.slots_dropped > 0
+    start = head + (1 if has_note else 0)
+    newest = max((i for i in range(start, len(msgs)) if msgs[i].get("role") == "assistant"), default=start)
+    groups: list[tuple[int, int]] = []
+    i = start
+    while i < newest:
+        j = i + 1
+        if msgs[i].get("role") == "assistant":
+            while j < newest and (msgs[j].get("role") == "tool" or j in proc.tool_results):
+                j += 1
+        groups.append((i, j))
+        i = j
+    need = len(msgs) - slots + (0 if has_note else 1)
+    drop: set[int] = set()
+    for a, b in sorted(groups, key=lambda g: (g[1] - g[0] == 1, g[0])):  # tool exchanges first
+        if len(drop) >= need:
+            break
+        drop.update(range(a, b))
+    if not drop:
+        return
+    proc.slots_dropped += len(drop)
+    note = {"role": "user", "content": f"[compacted: {proc.slots_dropped} earlier messages were dropped "
+                                       f"to keep ctx_size={slots}; the oldest tool results went first]"}
+    kept: list[dict] = []
+    where: dict[int, int] = {}
+    for idx, msg in enumerate(msgs):
+        if idx == head:
+            kept.append(note)
+            if has_note:
+                continue  # the old note: replaced
+        if idx in drop:
+            continue
+        where[idx] = len(kept)
+        kept.append(msg)
+    proc.tool_results = {where[i] for i in proc.tool_results if i in where}
+    msgs[:] = kept
+    kernel.tracer.emit(proc, "Compact", f"ctx_size={slots}, {len(drop)} messages dropped",
+                       f"{len(msgs)} messages", dur_ms=0)
 
 
 def context_size(messages: list[dict]) -> int:
@@ -198,10 +341,10 @@ def compact(kernel, proc: Process, budget: int) -> None:
                            f"limit {budget}", EXIT_CONTEXT)
 
 
-async def _step_with_fallback(kernel, proc: Process, model: Model):
+async def _step_with_fallback(kernel, proc: Process, model: Model, *, planning: bool = False):
     while True:
         try:
-            return await _step(kernel, proc, model)
+            return await _step(kernel, proc, model, planning=planning)
         except SyscallError as err:
             if err.code == Code.TOO_BIG:  # the reply cap: its own exit code
                 raise ProcessExit(EXIT_REPLY_TOO_BIG, err) from None
@@ -210,23 +353,27 @@ async def _step_with_fallback(kernel, proc: Process, model: Model):
             proc.steps -= 1  # the step is retried on the fallback, not counted twice
 
 
-async def _step(kernel, proc: Process, model: Model):
+async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
     proc.steps += 1
     tracer = kernel.tracer
     schema = tool_mode(model.driver) == "schema"
     extra: dict = {}
-    if schema:
+    if planning:
+        pass  # a plan is prose: no tools offered, no JSON schema imposed
+    elif schema:
         extra["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "step", "schema": T.answer_schema(proc.allowed_tools)}}
     else:
         extra["tools"] = T.schemas(proc.allowed_tools)
+    if proc.reasoning_effort and driver_type(model.driver) in EFFORT_DRIVERS:
+        extra["reasoning_effort"] = proc.reasoning_effort
     request = json.dumps(proc.messages, ensure_ascii=False).encode()
     async with tracer.syscall(proc, "Write", f"FD({model.fd}), {len(proc.messages)} messages",
                               device=model.device) as call:
         call.result = str(len(request))
-    remaining = None
-    if proc.budget.max_tokens is not None:
-        remaining = max(1, proc.budget.max_tokens - proc.tokens_in - proc.tokens_out)
+    remaining = proc.account.remaining_tokens()
+    if remaining is not None:
+        remaining = max(1, remaining)
     timeout = proc.budget.step_timeout or float("inf")
     parts = TextAccumulator()  # compact however small the deltas
     deltas: dict[int, dict] = {}
@@ -237,7 +384,7 @@ async def _step(kernel, proc: Process, model: Model):
             with trio.fail_after(timeout) as heartbeat:
                 # drivers that run their own tools (claude-cli) are bounded by the grants
                 bound = {"grants": proc.allowed_tools} if getattr(model.driver, "takes_grants", False) else {}
-                stream = model.driver.stream_chat(proc.messages, model=proc.model,
+                stream = model.driver.stream_chat(proc.messages, model=proc.active_model,
                                                   max_tokens=remaining, extra=extra, **bound)
                 async with aclosing(stream):  # a cancelled step closes its HTTP stream now
                     async for chunk in stream:
@@ -265,8 +412,16 @@ async def _step(kernel, proc: Process, model: Model):
     if usage is not None:
         proc.tokens_in += usage.prompt_tokens
         proc.tokens_out += usage.completion_tokens
-        proc.cost += kernel.price(proc, usage)
-    if schema:
+        spent = kernel.price(proc, usage)
+        proc.cost += spent
+        proc.account.charge(usage.prompt_tokens + usage.completion_tokens, spent)
+    if planning:
+        if schema:  # a weak model may still answer in the step JSON
+            answer, asked = _parse_schema_reply(text)
+            text = answer if answer and not asked else text
+        calls = []  # no tools in a planning step: calls asked anyway are not run
+        proc.messages.append({"role": "assistant", "content": text})
+    elif schema:
         text, calls = _parse_schema_reply(text)
         proc.messages.append({"role": "assistant", "content": json.dumps(
             {"tool": calls[0]["function"]["name"], "arguments": calls[0]["arguments"]}, ensure_ascii=False)
@@ -277,14 +432,9 @@ async def _step(kernel, proc: Process, model: Model):
     else:
         proc.messages.append({"role": "assistant", "content": text})
     kernel.checkpoint(proc)
-    b = proc.budget
-    used = proc.tokens_in + proc.tokens_out
-    if b.max_tokens is not None and used > b.max_tokens:
+    if (exc := over_budget(proc, strict=True)) is not None:
         proc.result = text
-        raise budget_error(proc, "max_tokens", f"{used} tokens used, limit {b.max_tokens}", EXIT_MAX_TOKENS)
-    if b.max_cost is not None and proc.cost > b.max_cost:
-        proc.result = text
-        raise budget_error(proc, "max_cost", f"${proc.cost:.4f} spent, limit ${b.max_cost}", EXIT_MAX_COST)
+        raise exc
     return text, calls
 
 
@@ -339,9 +489,14 @@ async def _run_tool(kernel, proc: Process, model: Model, call: dict) -> None:
         result = "error: this kernel has no tools"
     else:
         result = await kernel.tools.call(proc, name, args)
+    _add_tool_result(proc, call, result)
+    kernel.checkpoint(proc)
+
+
+def _add_tool_result(proc: Process, call: dict, result: str) -> None:
+    name = call["function"]["name"]
     if call.get("id") == "schema-call":
         proc.tool_results.add(len(proc.messages))  # schema mode: a user message, compactable
         proc.messages.append({"role": "user", "content": f"Result of {name}:\n{result}"})
     else:
         proc.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-    kernel.checkpoint(proc)

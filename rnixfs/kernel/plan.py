@@ -12,8 +12,9 @@ class SpawnPlan:
     skills: list[str]
     allowed_tools: list[str]
     system_prompt: str
-    # Manifest defaults (max_steps, max_tokens, max_cost, step_timeout,
-    # context_budget); the request overrides each one it sets.
+    # Manifest budgets (max_steps, max_tokens, max_cost, step_timeout,
+    # context_budget, max_time, ctx_size); the request overrides each one it
+    # sets, and what neither sets comes from the daemon's Limits.
     budget: dict = field(default_factory=dict)
     fallback_model: str | None = None
     fallback_provider: str | None = None
@@ -22,3 +23,7 @@ class SpawnPlan:
     usable_skills: list[str] | None = None
     # May an activated skill's allowed-tools join the grants? (docs/skills.md)
     skill_grants: bool = True
+    reasoning_effort: str = ""
+    planning: bool = False  # the built-in default agent does not plan
+    # manifest fields the daemon does not act on, unknown keys...: traced at spawn
+    warnings: list[str] = field(default_factory=list)

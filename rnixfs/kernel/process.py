@@ -15,6 +15,7 @@ EXIT_MAX_STEPS = 10
 EXIT_MAX_TOKENS = 11
 EXIT_MAX_COST = 12
 EXIT_CONTEXT = 13
+EXIT_MAX_TIME = 14
 EXIT_TIMEOUT = 124
 EXIT_KILLED = 137
 EXIT_TERMINATED = 143
@@ -38,6 +39,58 @@ class Budget:
     max_cost: float | None = None
     step_timeout: float | None = 300.0  # seconds; None = off
     context_budget: int | None = None
+    max_time: float | None = None  # wall-clock seconds; None = off
+    ctx_size: int | None = None  # message slots kept; None = all
+
+
+@dataclass(eq=False)
+class Account:
+    """What a process and all its descendants spent, like a cgroup.
+
+    A child's account points at its parent's for the child's whole life
+    (reparenting to 0 does not free a child from its parent's budget):
+    every token and dollar is charged up the chain, and every limit on the
+    chain binds the child.
+    """
+
+    pid: int
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    deadline: float | None = None  # time.monotonic() when max_time runs out
+    parent: "Account | None" = None
+    tokens: int = 0
+    cost: float = 0.0
+    descendants: int = 0  # processes spawned below this one, all levels
+
+    def chain(self):
+        a = self
+        while a is not None:
+            yield a
+            a = a.parent
+
+    def charge(self, tokens: int, cost: float) -> None:
+        for a in self.chain():
+            a.tokens += tokens
+            a.cost += cost
+
+    def remaining_tokens(self) -> int | None:
+        left = [a.max_tokens - a.tokens for a in self.chain() if a.max_tokens is not None]
+        return min(left) if left else None
+
+    def remaining_cost(self) -> float | None:
+        left = [a.max_cost - a.cost for a in self.chain() if a.max_cost is not None]
+        return min(left) if left else None
+
+    def over(self, *, strict: bool) -> tuple[str, "Account"] | None:
+        """The first exhausted budget on the chain: ("max_tokens" | "max_cost", owner).
+
+        ``strict``: over the limit (after a step); else at or over it (before one)."""
+        for a in self.chain():
+            if a.max_tokens is not None and (a.tokens > a.max_tokens if strict else a.tokens >= a.max_tokens):
+                return "max_tokens", a
+            if a.max_cost is not None and (a.cost > a.max_cost if strict else a.cost >= a.max_cost):
+                return "max_cost", a
+        return None
 
 
 @dataclass
@@ -49,8 +102,17 @@ class Process:
     skills: list[str] = field(default_factory=list)
     provider: str = "local"
     model: str | None = None
-    fallback_model: str | None = None
-    fallback_provider: str | None = None
+    # fallbacks not tried yet (agent.yaml models.fallback / fallback_provider)
+    spare_model: str | None = None
+    spare_provider: str | None = None
+    # what answers now: the spawn's provider/model until a fallback switches
+    active_provider: str | None = None
+    active_model: str | None = None
+    fell_back: bool = False
+    reasoning_effort: str = ""
+    planning: bool = False
+    plan: str | None = None
+    warnings: list[str] = field(default_factory=list)
     allowed_tools: list[str] = field(default_factory=list)
     usable_skills: list[str] | None = None   # see SpawnPlan
     skill_grants: bool = True
@@ -74,9 +136,13 @@ class Process:
     tokens_out: int = 0
     cost: float = 0.0
     children: set[int] = field(default_factory=set)
+    spawned: int = 0  # children started over its life (max_children)
+    account: Account | None = None
     fds: dict[int, str] = field(default_factory=dict)
     messages: list[dict] = field(default_factory=list)
     tool_results: set[int] = field(default_factory=set)  # indices of user-role tool results
+    pinned: int = 2  # leading messages never dropped: system prompt, task (and the plan)
+    slots_dropped: int = 0  # messages dropped to keep ctx_size
     pending_input: list[str] = field(default_factory=list)
     result: str | None = None
 
@@ -92,6 +158,14 @@ class Process:
     resume_event: trio.Event = field(default_factory=trio.Event)
     input_event: trio.Event = field(default_factory=trio.Event)
     trace_event: trio.Event = field(default_factory=trio.Event)
+
+    def __post_init__(self) -> None:
+        if self.active_provider is None:
+            self.active_provider = self.provider
+        if self.active_model is None and not self.fell_back:
+            self.active_model = self.model
+        if self.account is None:
+            self.account = Account(self.pid, self.budget.max_tokens, self.budget.max_cost)
 
     def move_to(self, state: State) -> None:
         """Transitions only go forward (DESIGN.md §3)."""
@@ -132,6 +206,12 @@ class Process:
             "skills": list(self.skills),
             "provider": self.provider,
             "model": self.model,
+            # the fallback in force, if any (provider/model stay the spawn's choice)
+            "fallback_provider": self.active_provider if self.fell_back else None,
+            "fallback_model": self.active_model if self.fell_back else None,
+            "reasoning_effort": self.reasoning_effort or None,
+            "planning": self.planning,
+            "warnings": list(self.warnings),
             "allowed_tools": list(self.allowed_tools),
             "steps": self.steps,
             "tokens": {"in": self.tokens_in, "out": self.tokens_out},
@@ -142,7 +222,12 @@ class Process:
                 "max_cost": self.budget.max_cost,
                 "step_timeout": self.budget.step_timeout,
                 "context_budget": self.budget.context_budget,
+                "max_time": self.budget.max_time,
+                "ctx_size": self.budget.ctx_size,
             },
+            # spend of this process and all its descendants (children draw on it)
+            "tree": {"tokens": self.account.tokens, "cost": round(self.account.cost, 6),
+                     "descendants": self.account.descendants},
             "cwd": self.cwd,
             "created": self.created,
             "started": self.started,

@@ -22,7 +22,7 @@ WRITE_BLOCK = 4096  # st_blksize of proc/new: what stdio and bash flush at
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 OPTIONS = (
     "intent", "agent", "provider", "model", "max_steps", "max_tokens",
-    "max_cost", "step_timeout", "skills", "cwd", "env",
+    "max_cost", "step_timeout", "skills", "cwd", "env", "max_time", "context_budget",
 )
 
 
@@ -39,6 +39,8 @@ class SpawnRequest:
     skills: list[str] = field(default_factory=list)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    max_time: float | None = None  # wall-clock seconds; 0 = off
+    context_budget: int | None = None
 
 
 def framing(data: bytes, last_write: int) -> str:
@@ -174,6 +176,9 @@ def _from_mapping(obj: dict) -> SpawnRequest:
         req.max_cost = float(cost)
     if obj.get("step_timeout") is not None:
         req.step_timeout = parse_duration(obj["step_timeout"], "step_timeout")
+    if obj.get("max_time") is not None:
+        req.max_time = parse_duration(obj["max_time"], "max_time")
+    req.context_budget = _positive_int(obj, "context_budget", 100_000_000)
     skills = obj.get("skills")
     if skills is not None:
         if isinstance(skills, str):

@@ -1,7 +1,8 @@
 """claude-cli and cursor-cli: a model behind a command-line agent.
 
 Protocol (what both CLIs document for headless use): the command runs as
-``COMMAND -p --output-format json [--model MODEL] [ARGS...]`` with the whole
+``COMMAND -p --output-format json [--model MODEL] [--effort LEVEL] [ARGS...]``
+(``--effort``: claude only, from agent.yaml ``models.reasoning_effort``) with the whole
 conversation, rendered as text, on standard input; it prints one JSON object
 ``{"type": "result", "is_error": false, "result": "...", "usage":
 {"input_tokens": N, "output_tokens": M}}`` (usage optional) and exits 0.
@@ -73,6 +74,8 @@ def claude_tool_flags(grants: list[str]) -> list[str]:
     if disallowed:
         flags += ["--disallowedTools", ",".join(disallowed)]
     return flags
+# OpenAI's effort names that claude's --effort (low, medium, high, xhigh, max) lacks
+CLAUDE_EFFORT = {"none": "low", "minimal": "low"}
 
 
 def render(messages: list[dict]) -> str:
@@ -128,7 +131,8 @@ class CLIProvider:
             f"({narrowed}): {why}; set unbounded_tools: true on the provider in providers.yaml "
             f"to run it anyway", retryable=False)
 
-    def _argv(self, model: str | None, grants: list[str] | None = None) -> list[str]:
+    def _argv(self, model: str | None, grants: list[str] | None = None,
+              effort: str | None = None) -> list[str]:
         flags = self._tool_flags(grants)
         exe = shutil.which(self.cfg.command or "")
         if exe is None:
@@ -136,12 +140,14 @@ class CLIProvider:
         argv = [exe, "-p", "--output-format", "json"]
         if model:
             argv += ["--model", model]
+        if effort and self.cfg.type == "claude-cli":  # agent.yaml models.reasoning_effort
+            argv += ["--effort", CLAUDE_EFFORT.get(effort, effort)]
         return argv + list(self.cfg.args) + flags
 
     async def stream_chat(self, messages: list[dict], *, model: str | None = None,
                           max_tokens: int | None = None, extra: dict | None = None,
                           grants: list[str] | None = None) -> AsyncIterator[ChatChunk]:
-        argv = self._argv(model or self.default_model, grants)
+        argv = self._argv(model or self.default_model, grants, (extra or {}).get("reasoning_effort"))
         prompt = render(messages).encode()
         try:
             with trio.fail_after(self.cfg.timeout):

@@ -1,0 +1,111 @@
+"""Default limits of every process, in one place (README "Limits").
+
+A request or an agent.yaml sets its own budgets; what neither sets comes
+from here, so no process runs unbounded by default. ``limits.yaml`` in the
+config directory overrides any default (``0`` or ``null`` turns a budget
+off; the three caps on tool calls and children cannot be turned off).
+Durations are written like agent.yaml's step_timeout (``30s``, ``10m``,
+``1h``). Unknown keys and bad values refuse the mount with one line.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .config import ConfigError
+
+LIMITS_FILE = "limits.yaml"
+MAX_LIMITS_BYTES = 64 << 10
+
+
+class LimitsError(ConfigError):
+    """limits.yaml is unusable; the message is one readable line."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Defaults for a process whose request and agent leave a budget unset.
+
+    ``None`` means off. The caps (``max_tool_calls``, ``max_children``,
+    ``max_descendants``) always apply.
+    """
+
+    max_steps: int | None = 50             # model calls per process (exit 10)
+    max_tokens: int | None = None          # server-reported tokens (exit 11)
+    max_cost: float | None = None          # USD from providers.yaml prices (exit 12)
+    context_budget: int | None = 100_000   # ~tokens of context: compaction, then exit 13
+    max_time: float | None = 3600.0        # wall-clock seconds per process (exit 14)
+    step_timeout: float | None = 300.0     # heartbeat of one reply (exit 124)
+    max_tool_calls: int = 16               # tool calls run per step; the rest are refused
+    max_children: int = 16                 # Spawns per process over its life
+    max_descendants: int = 64              # processes ever spawned below one, all levels
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+DEFAULT = Limits()
+_BUDGETS = ("max_steps", "max_tokens", "max_cost", "context_budget", "max_time", "step_timeout")
+_CAPS = ("max_tool_calls", "max_children", "max_descendants")
+_DURATIONS = ("max_time", "step_timeout")
+
+
+def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
+    """Limits from limits.yaml text (missing keys keep their default)."""
+    from .agents.manifest import AgentError, parse_duration
+
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise LimitsError(f"{label}: invalid YAML: {str(exc).splitlines()[0][:200]}") from None
+    if data is None:
+        return DEFAULT
+    if not isinstance(data, dict):
+        raise LimitsError(f"{label}: top level must be a mapping of limits")
+    values: dict = {}
+    for key, value in data.items():
+        if key not in _BUDGETS and key not in _CAPS:
+            raise LimitsError(f"{label}: unknown key {str(key)[:40]!r}; known: "
+                              f"{', '.join(_BUDGETS + _CAPS)}")
+        if key in _DURATIONS:
+            try:
+                seconds = parse_duration(0 if value is None else value, key)
+            except AgentError as exc:
+                raise LimitsError(f"{label}: {exc}") from None
+            values[key] = seconds or None
+            continue
+        number = (float,) if key == "max_cost" else ()
+        if value is None and key in _BUDGETS:
+            values[key] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, *number)) or value < 0:
+            raise LimitsError(f"{label}: {key} must be a non-negative number, got {value!r}"[:200])
+        if key in _CAPS:
+            if value < 1:
+                raise LimitsError(f"{label}: {key} must be at least 1, got {value!r}")
+            values[key] = int(value)
+        else:
+            values[key] = value or None
+    return dataclasses.replace(DEFAULT, **values)
+
+
+def load_limits(config_dir: Path) -> Limits:
+    """``<config_dir>/limits.yaml``, or the defaults when there is none."""
+    path = Path(config_dir) / LIMITS_FILE
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_LIMITS_BYTES + 1)
+    except FileNotFoundError:
+        return DEFAULT
+    except OSError as exc:
+        raise LimitsError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(data) > MAX_LIMITS_BYTES:
+        raise LimitsError(f"{path}: larger than {MAX_LIMITS_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LimitsError(f"{path}: not UTF-8") from None
+    return parse_limits(text, str(path))
