@@ -42,7 +42,7 @@ def trace(m, pid) -> str:
 def agent(m, name: str, yaml: str) -> None:
     d = m.project / ".rnix/agents" / name
     d.mkdir(parents=True)
-    (d / "agent.yaml").write_text(yaml)
+    (d / "agent.yaml").write_text(yaml + "planning: false\n")  # the scripts have no plan step
     (d / "instructions.md").write_text(f"You are {name}.\n")
 
 

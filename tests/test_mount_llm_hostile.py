@@ -122,7 +122,7 @@ def test_absurd_usage_is_a_driver_error_and_fallback_applies(mount_factory, scri
     trace = open(m.p(f"proc/{pid}/trace")).read()
     assert "Fallback" in trace and "invalid usage" in trace
     assert 0 < st["tokens"]["in"] + st["tokens"]["out"] < 1000
-    assert st["provider"] == "backup"
+    assert st["provider"] == "scripted" and st["fallback_provider"] == "backup"
     # without a fallback: a driver error (exit 1), never an internal one
     scripted_server.enqueue({"content": "counted wrong", "usage_raw": usage})
     pid = m.spawn("count again")
