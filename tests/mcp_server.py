@@ -60,8 +60,10 @@ def fail(why: str) -> str:
 
 @server.tool()
 def env(name: str) -> str:
-    """One environment variable of the server."""
-    return os.environ.get(name, "<unset>")
+    """The sha256 of one environment variable of the server (not the value:
+    the daemon would redact a configured secret)."""
+    import hashlib
+    return hashlib.sha256(os.environ.get(name, "<unset>").encode()).hexdigest()
 
 
 @server.resource("notes://readme")

@@ -81,22 +81,33 @@ class McpDevices:
                     await server.stop()
 
 
-def parse_args(data: bytes, device: str) -> dict:
-    """One JSON object: the tool's arguments."""
+class Incomplete(Exception):
+    """The arguments so far are the start of a JSON object: wait for more."""
+
+
+def parse_args(data: bytes, device: str, *, final: bool = True) -> dict:
+    """One JSON object: the tool's arguments. Unless ``final``, text that is
+    only cut short (the kernel splits big writes) raises Incomplete."""
     def invalid(msg: str) -> SyscallError:
         return SyscallError(Code.INVALID, msg, syscall="Call", device=device)
     if len(data) > MAX_ARGS_BYTES:
-        raise SyscallError(Code.TOO_BIG, f"arguments are {len(data)} bytes; the cap is {MAX_ARGS_BYTES}",
+        raise SyscallError(Code.TOO_BIG, f"arguments are over {MAX_ARGS_BYTES} bytes",
                            syscall="Call", device=device)
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
+        if not final and exc.start >= len(data) - 3 and exc.reason == "unexpected end of data":
+            raise Incomplete() from None
         raise invalid("arguments are not UTF-8") from None
     if not text.strip():
         return {}
     try:
         args = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise invalid("arguments are nested too deeply") from None
+    except ValueError as exc:
+        if not final and getattr(exc, "pos", 0) >= len(text.rstrip()):
+            raise Incomplete() from None
         raise invalid(f"arguments are not JSON: {str(exc).splitlines()[0][:200]}") from None
     if not isinstance(args, dict):
         raise invalid(f"arguments must be a JSON object, not {type(args).__name__}")
@@ -118,16 +129,28 @@ class ToolCall:
         self.changed = trio.Event()
         self._scope: trio.CancelScope | None = None
         self.closed = False
+        self.pending = bytearray()
 
     def send(self, data: bytes) -> None:
+        """A write: the arguments, possibly in several pieces (the kernel
+        cuts writes at 128 KiB); the call starts once they parse."""
         if self.running:
             raise SyscallError(Code.BUSY, "a call is still running; read its result first",
                                syscall="Call", device=self.device)
+        self.pending += data
+        self._start(final=False)
+
+    def _start(self, *, final: bool) -> None:
+        data = bytes(self.pending)
         try:
-            args = parse_args(data, self.device)
+            args = parse_args(data, self.device, final=final)
+        except Incomplete:
+            return
         except SyscallError as exc:  # the reason is readable from the same handle
+            self.pending.clear()
             self.buffer, self.cursor = f"error: {exc.cause}\n".encode(), 0
             raise
+        self.pending.clear()
         if self.server.state == "ready":
             self.server.tool(self.tool)  # a tool gone after a restart: ENOENT now
         self.buffer, self.cursor, self.running = b"", 0, True
@@ -147,6 +170,12 @@ class ToolCall:
         self.changed = trio.Event()
 
     def ready(self) -> bool:
+        """Reading means the arguments are complete: start what is pending."""
+        if self.pending and not self.running:
+            try:
+                self._start(final=True)
+            except SyscallError as exc:
+                log.warning("%s", exc)
         return not self.running
 
     def take(self, size: int) -> bytes:

@@ -166,6 +166,7 @@ class McpServer:
                     self._client = client
                     self.pid = _launcher_pid(f"--tag=rnixfs-mcp:{id(self)}")
                     self.started_at = time.time()
+                    self._last_use = time.monotonic()
                     self._failures = 0
                     self._set_state("ready")
                     ready.set()
@@ -260,14 +261,20 @@ class McpServer:
         return tool
 
     async def call(self, tool: str, args: dict, *, limit: int = MAX_RESULT_BYTES) -> CallResult:
+        self.inflight += 1  # counted from the start: no idle stop under a waiting caller
+        try:
+            return await self._call(tool, args, limit)
+        finally:
+            self.inflight -= 1
+            self._last_use = time.monotonic()
+
+    async def _call(self, tool: str, args: dict, limit: int) -> CallResult:
         await self.start()
         self.tool(tool)
         client = self._client
         if client is None:
             raise self._error(Code.DRIVER, "server stopped")
         self.calls += 1
-        self.inflight += 1
-        self._last_use = time.monotonic()
         try:
             with trio.fail_after(self.cfg.timeout):
                 result = await client.call_tool(tool, args)
@@ -281,9 +288,6 @@ class McpServer:
                 self._client = None
                 self._stop.set()
             raise self._error(Code.DRIVER, f"{tool}: {cause}") from None
-        finally:
-            self.inflight -= 1
-            self._last_use = time.monotonic()
         text = render_result(result)
         if getattr(result, "is_error", False):
             self._note_error(f"{tool}: {text[:200]}")
@@ -332,10 +336,8 @@ class McpServer:
 
 
 def render_result(result) -> str:
-    """Text content as text; structured content (when given) as JSON."""
-    structured = getattr(result, "structured_content", None)
-    if structured is not None and not getattr(result, "is_error", False):
-        return json.dumps(structured, ensure_ascii=False, indent=2) + "\n"
+    """Text content as text; structured content as JSON when the result has
+    no text (servers that send both send the same thing twice)."""
     parts = []
     for c in getattr(result, "content", []) or []:
         kind = getattr(c, "type", "")
@@ -346,6 +348,9 @@ def render_result(result) -> str:
             parts.append(getattr(res, "text", None) or f"[resource {getattr(res, 'uri', '')}]")
         else:
             parts.append(f"[{kind} content, {len(str(getattr(c, 'data', '')))} bytes]")
+    structured = getattr(result, "structured_content", None)
+    if not parts and structured is not None:
+        return json.dumps(structured, ensure_ascii=False, indent=2) + "\n"
     text = "\n".join(parts)
     return text if text.endswith("\n") or not text else text + "\n"
 
