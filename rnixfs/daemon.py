@@ -112,15 +112,16 @@ class Daemon:
                 await nursery.start(self.kernel.run)
                 workspace = Workspace(cfg.project)
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
+                mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
-                                          env=child_env, skills=catalog.skills, open_root=Workspace)
+                                          env=child_env, skills=catalog.skills, open_root=Workspace,
+                                          mcp=mcp)
                 shell_env = {**child_env, "RNIX_MOUNT": str(cfg.mountpoint)}
 
                 def shell_session():
                     return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,
                                               timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT)
 
-                mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
                 ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
                                  max_blocking=fuse_mount.MAX_BLOCKING,
                                  trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},

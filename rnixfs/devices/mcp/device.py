@@ -23,6 +23,11 @@ CTL_COMMANDS = ("start", "stop", "restart")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+def qualified(server: str, tool: str) -> str:
+    """The name an agent calls a tool by, as Claude Code spells it."""
+    return f"mcp__{server}__{tool}"
+
+
 def file_name(text: str) -> str:
     """A name safe for one path component: `/`, `%`, controls and the like
     are %-escaped, so a resource URI maps to one file and back."""
@@ -39,6 +44,7 @@ class McpDevices:
                  errors: list[str] | None = None):
         self.servers = {name: McpServer(cfg, nursery, cwd=cwd) for name, cfg in sorted(configs.items())}
         self.errors = list(errors or [])
+        self._nursery, self._cwd = nursery, cwd
 
     @classmethod
     def load(cls, project: Path | None, config_dir: Path, nursery: trio.Nursery, *, cwd: Path) -> "McpDevices":
@@ -55,12 +61,6 @@ class McpDevices:
                                device=f"/dev/mcp/{name}")
         return server
 
-    def add(self, cfg: ServerConfig, nursery: trio.Nursery, *, cwd: Path) -> McpServer:
-        """An agent's inline server (agent.yaml `mcp: {servers: …}`)."""
-        if cfg.name not in self.servers:
-            self.servers[cfg.name] = McpServer(cfg, nursery, cwd=cwd)
-        return self.servers[cfg.name]
-
     async def ctl(self, name: str, command: str) -> None:
         server = self.get(name)
         command = command.strip()
@@ -73,6 +73,30 @@ class McpDevices:
             await server.stop()
         else:
             await server.restart()
+
+    # -- the agents' port (kernel.tools.McpPort) -----------------------------------------
+    async def tool_specs(self, servers: list[str], inline: dict) -> tuple[list[dict], list[str]]:
+        """Function specs ``mcp__<server>__<tool>`` of the given servers, and
+        the reasons for servers that could not start (their tools are absent)."""
+        specs, errors = [], []
+        for name in servers:
+            if name in inline and name not in self.servers:
+                self.servers[name] = McpServer(inline[name], self._nursery, cwd=self._cwd)
+            try:
+                server = self.get(name)
+                await server.start()
+            except SyscallError as exc:
+                errors.append(f"{name}: {exc.cause}")
+                continue
+            for tool in server.tools.values():
+                specs.append({"type": "function", "function": {
+                    "name": qualified(name, tool.name), "description": tool.description[:1024],
+                    "parameters": tool.input_schema or {"type": "object", "properties": {}}}})
+        return specs, errors
+
+    async def call_tool(self, server: str, tool: str, args: dict, limit: int) -> tuple[str, bool]:
+        result = await self.get(server).call(tool, args, limit=limit)
+        return result.text, result.is_error
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
