@@ -210,10 +210,3 @@ def load_servers(project: Path | None, config_dir: Path) -> tuple[dict[str, Serv
     for e in errors:
         log.warning("mcp: %s", e)
     return servers, errors
-
-
-def redact(text: str, secrets) -> str:
-    for s in secrets:
-        if s:
-            text = text.replace(s, "***")
-    return text

@@ -22,7 +22,8 @@ from pathlib import Path
 import trio
 
 from ...kernel.errors import Code, SyscallError
-from .config import ServerConfig, redact
+from ..llm.redact import Redactor
+from .config import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class McpServer:
         self.device = f"/dev/mcp/{cfg.name}"
         self._nursery = nursery
         self._cwd = cwd
+        self._redactor = Redactor(cfg.secrets)  # env/header values and URL userinfo
         self.state = "stopped"
         self.pid: int | None = None
         self.tools: dict[str, Tool] = {}
@@ -87,7 +89,7 @@ class McpServer:
         return SyscallError(code, self.redact(cause), syscall=syscall, device=self.device)
 
     def redact(self, text: str) -> str:
-        return redact(text, self.cfg.secrets)
+        return self._redactor(text)
 
     def _note_error(self, cause: str) -> None:
         self.last_error = {"message": self.redact(cause), "time": time.time()}
