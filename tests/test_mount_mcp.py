@@ -313,3 +313,15 @@ def test_missing_command_fails_clearly(mcp_mount):
     assert st["state"] == "failed" and st["last_error"]
     assert "server-binary" in m.log()
     assert m.daemon_alive()
+
+
+def test_slow_start_is_waited_for_and_ls_stays_answering(mcp_mount):
+    m = mcp_mount({"slow": scripted(env={"MCP_TEST_SLOW_START": "3"})})
+    t0 = time.monotonic()
+    res = sh(f'(exec 3<>"{m.p("dev/mcp/slow/tools/add/call")}"; printf \'{{"a": 1, "b": 1}}\' >&3; cat <&3) '
+             f'> "{m.path.parent}/slow.out" & sleep 0.5; ls "{m.p("proc")}" >/dev/null; '
+             f'cat "{m.p("dev/mcp/slow/status")}"; wait')
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["state"] == "starting"  # status answers while it starts
+    assert (m.path.parent / "slow.out").read_text() == "2\n"
+    assert time.monotonic() - t0 >= 3
