@@ -18,6 +18,7 @@ from .agents import (
 )
 from .kernel.errors import Code, SyscallError
 from .kernel.loop import DEFAULT_SYSTEM_PROMPT
+from .devices.mcp.config import load_servers, parse_servers
 from .kernel.plan import SpawnPlan
 from .skills import (
     SkillError, SkillInvalid, SkillNotFound, check_name, ensure_builtins, resolve_skills,
@@ -110,6 +111,7 @@ class Catalog:
                       "context_budget": agent.context_budget or None, "max_time": agent.max_time_s,
                       "ctx_size": agent.ctx_size or None}
         deferred = agent is not None and bool(agent.deferred_skills)
+        mcp_servers, mcp_inline = self._mcp(agent)
         return SpawnPlan(agent=agent.name if agent else "default", provider=choice.provider,
                          model=choice.model, skills=[s.ref_name for s in loaded],
                          allowed_tools=allowed_tools(agent, loaded, skill_catalog=bool(available)),
@@ -121,7 +123,30 @@ class Catalog:
                          skill_grants=agent is None or not agent.tools,
                          reasoning_effort=choice.reasoning_effort,
                          planning=agent.planning if agent else False,
-                         warnings=_spawn_warnings(agent, choice, default_provider))
+                         warnings=_spawn_warnings(agent, choice, default_provider),
+                         mcp_servers=mcp_servers, mcp_inline=mcp_inline)
+
+    def _mcp(self, agent) -> tuple[list[str], dict]:
+        """The agent's MCP servers: names of configured ones (``mcp: [git]``)
+        or inline definitions (``mcp: {servers: {…}}``). A name that
+        resolves to nothing fails the spawn (docs/devices.md, "dev/mcp")."""
+        spec = agent.mcp if agent is not None else []
+        if not spec:
+            return [], {}
+        if isinstance(spec, dict):
+            raw = spec.get("servers", spec) if isinstance(spec.get("servers"), dict) else spec
+            inline, errors = parse_servers(raw, f"agent {agent.name!r} mcp")
+            if errors:
+                raise _invalid(errors[0])
+            return sorted(inline), inline
+        configured, _ = load_servers(self.project, self.config_dir)
+        names = []
+        for name in spec:
+            if not isinstance(name, str) or name not in configured:
+                where = ".rnix/mcp.yaml, .mcp.json or mcp.yaml in the config directory"
+                raise _not_found(f'agent "{agent.name}": MCP server {name!r} is not configured ({where})')
+            names.append(name)
+        return names, {}
 
 
 def _spawn_warnings(agent, choice, default_provider: str) -> list[str]:

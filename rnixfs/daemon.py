@@ -24,6 +24,7 @@ from .limits import load_limits
 from .devices.fs import Workspace
 from .devices.llm.redact import install_log_filter, remove_log_filter
 from .devices.llm.registry import ProviderRegistry
+from .devices.mcp.device import McpDevices
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
@@ -55,6 +56,7 @@ class Daemon:
         self.store: Store | None = None
         self.providers: ProviderRegistry | None = None
         self.sandbox: sandbox.Sandbox | None = None
+        self.mcp: McpDevices | None = None
 
     def info(self) -> dict:
         """Facts for ``rnixfs status`` and the root's xattr; no secret in them."""
@@ -72,6 +74,7 @@ class Daemon:
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
             "limits": self.kernel.limits.to_json() if self.kernel else {},
+            "mcp": {"servers": self.mcp.names(), "errors": self.mcp.errors} if self.mcp else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
             "sandbox": self.sandbox.describe() if self.sandbox else None,
         }
@@ -109,8 +112,10 @@ class Daemon:
                 await nursery.start(self.kernel.run)
                 workspace = Workspace(cfg.project)
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
+                mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
-                                          env=child_env, skills=catalog.skills, open_root=Workspace)
+                                          env=child_env, skills=catalog.skills, open_root=Workspace,
+                                          mcp=mcp)
                 shell_env = {**child_env, "RNIX_MOUNT": str(cfg.mountpoint)}
 
                 def shell_session():
@@ -120,7 +125,7 @@ class Daemon:
                 ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
                                  max_blocking=fuse_mount.MAX_BLOCKING,
                                  trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
-                                 workspace=workspace, shell_session=shell_session)
+                                 workspace=workspace, shell_session=shell_session, mcp=mcp)
                 fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
                 signalled: list[int] = []
                 unmounted = False
@@ -135,6 +140,7 @@ class Daemon:
                     with trio.CancelScope(shield=True):
                         log.info("shutting down")
                         await self.kernel.shutdown()
+                        await mcp.aclose()
                         await self.providers.aclose()
                     fuse_mount.close(unmount=not unmounted)
                 nursery.cancel_scope.cancel()

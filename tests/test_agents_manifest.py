@@ -75,7 +75,7 @@ def test_every_field(dirs):
     assert m.instructions == "Be thorough.\n" and m.scope == "project"
     # every field read but not acted on is a warning, never silence
     assert m.warnings == [f"{k} is set but rnixfs does not act on it: it has no effect" for k in
-                          ("mcp", "sla", "alternatives", "compact_timeout", "loop_threshold",
+                          ("sla", "alternatives", "compact_timeout", "loop_threshold",
                            "coarse_loop_threshold")]
     assert m.path == pbase / "full"
     assert m.to_json()["models"]["preferred"] == "deepseek-v4-flash"

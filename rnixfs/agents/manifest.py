@@ -206,7 +206,7 @@ _KNOWN = {
 }
 # Read and kept, but the daemon does nothing with them: a set one is a warning
 # in `agent show` and in the spawn's trace, never silence.
-NOT_ACTED_ON = ("mcp", "sla", "alternatives", "compact_timeout", "loop_threshold",
+NOT_ACTED_ON = ("sla", "alternatives", "compact_timeout", "loop_threshold",
                 "coarse_loop_threshold")
 # OpenAI's reasoning_effort names and claude's --effort levels
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")

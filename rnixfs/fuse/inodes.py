@@ -16,6 +16,7 @@ AGENTS = 7
 PROC_SELF = 8
 DEV_FS = 9
 DEV_SHELL = 10
+DEV_MCP = 11
 LLM_BASE = 100  # + index of the provider name
 LLM_MAX = 1000
 

@@ -19,10 +19,12 @@ import pyfuse3
 import trio
 
 from ..devices.llm.conversation import Conversation
+from ..devices.mcp.device import ToolCall
 from ..kernel import request as spawn_request
 from ..kernel.errors import Code, SyscallError
 from ..kernel.process import Process
 from . import inodes as I
+from .mcptree import McpTree
 from .passthrough import Passthrough, Tree, pread, pwrite
 from .workspace import WorkspaceFS
 from .signals import POLL_INTERVAL, reader_interrupted
@@ -79,8 +81,9 @@ class Operations(pyfuse3.Operations):
     def __init__(self, kernel, providers, nursery: trio.Nursery, *,
                  daemon_info: Callable[[], dict], max_blocking: int,
                  trees: dict[str, Tree] | None = None, workspace=None,
-                 shell_session: Callable[[], object] | None = None):
+                 shell_session: Callable[[], object] | None = None, mcp=None):
         super().__init__()
+        self.mcp = McpTree(mcp, self._attr) if mcp is not None else None
         self.trees = {name: tree for name, tree in (trees or {}).items() if name in TREE_INODES}
         self.pt = Passthrough({TREE_INODES[n]: (n, t) for n, t in self.trees.items()}, self._attr)
         self.wsfs = WorkspaceFS(workspace, self._attr) if workspace is not None else None
@@ -179,6 +182,8 @@ class Operations(pyfuse3.Operations):
     async def getattr(self, inode, ctx=None):
         if (real := self._real(inode)) is not None:
             return real.getattr(inode)
+        if self.mcp is not None and self.mcp.owns(inode):
+            return await self.mcp.getattr(inode)
         kind, a, b = I.decode(inode)
         if kind == "pid":
             return self._proc_attr(self._proc(a), b)
@@ -204,6 +209,11 @@ class Operations(pyfuse3.Operations):
     async def setattr(self, inode, attr, fields, fh, ctx):
         if (real := self._real(inode)) is not None:
             return real.setattr(inode, attr, fields)
+        if self.mcp is not None and self.mcp.owns(inode):
+            got = await self.mcp.getattr(inode)
+            if (fields.update_size and attr.st_size != 0) or not got.st_mode & stat.S_IWUSR:
+                raise pyfuse3.FUSEError(errno.EACCES if not got.st_mode & stat.S_IWUSR else errno.EINVAL)
+            return got
         # `echo x > file` truncates first: accept it on the append-only files.
         if fields.update_size and attr.st_size != 0:
             raise pyfuse3.FUSEError(errno.EINVAL)
@@ -224,6 +234,8 @@ class Operations(pyfuse3.Operations):
                 devs[b"fs"] = I.DEV_FS
             if self.shell_session is not None:
                 devs[b"shell"] = I.DEV_SHELL
+            if self.mcp is not None:
+                devs[b"mcp"] = I.DEV_MCP
             return devs
         if inode == I.DEV_LLM:
             return {n.encode(): I.LLM_BASE + i for i, n in enumerate(self.llm_names)}
@@ -232,6 +244,8 @@ class Operations(pyfuse3.Operations):
     async def lookup(self, parent_inode, name, ctx=None):
         if (real := self._real(parent_inode)) is not None:
             return real.lookup(parent_inode, name)
+        if self.mcp is not None and self.mcp.owns(parent_inode):
+            return await self.mcp.lookup(parent_inode, name)
         kind, a, b = I.decode(parent_inode)
         if parent_inode == I.PROC:
             if name == b"new":
@@ -286,6 +300,10 @@ class Operations(pyfuse3.Operations):
             if not stat.S_ISDIR(real.getattr(inode).st_mode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
             return inode
+        if self.mcp is not None and self.mcp.owns(inode):
+            if not await self.mcp.is_dir(inode):
+                raise pyfuse3.FUSEError(errno.ENOTDIR)
+            return inode
         kind, a, b = I.decode(inode)
         if kind == "pid":
             self._proc(a)
@@ -299,6 +317,8 @@ class Operations(pyfuse3.Operations):
         inode = fh
         if (real := self._real(inode)) is not None:
             return real.readdir(inode, start_id, token)
+        if self.mcp is not None and self.mcp.owns(inode):
+            return await self.mcp.readdir(inode, start_id, token)
         kind, a, b = I.decode(inode)
         if inode == I.PROC:
             return self._readdir_proc(start_id, token)
@@ -351,6 +371,8 @@ class Operations(pyfuse3.Operations):
             h = Handle("real")
             h.fd, h.ino = real.open(inode, flags), inode
             return self._new_handle(h, direct_io=False, keep_cache=True)
+        if self.mcp is not None and self.mcp.owns(inode):
+            return await self._open_mcp(inode, flags, ctx)
         if inode == I.DEV_SHELL and self.shell_session is not None:
             h = Handle("shell", caller=ctx.pid)
             h.conv = self.shell_session()
@@ -379,6 +401,26 @@ class Operations(pyfuse3.Operations):
                                     direct_io=not cached, keep_cache=cached)
         kind = "wait" if b == I.K["wait"] else "stream"
         return self._new_handle(Handle(kind, proc=proc, k=b, caller=ctx.pid))
+
+    async def _open_mcp(self, inode: int, flags: int, ctx):
+        """dev/mcp files: snapshots (status, schema, resources, prompts), the
+        ctl file, and per-open tool calls."""
+        attr = await self.mcp.getattr(inode)
+        if stat.S_ISDIR(attr.st_mode):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        parts = self.mcp.where(inode)
+        writing = (flags & os.O_ACCMODE) != os.O_RDONLY
+        if writing and not attr.st_mode & stat.S_IWUSR:
+            raise pyfuse3.FUSEError(errno.EACCES)
+        if parts[1] == "ctl":
+            return self._new_handle(Handle("mcpctl", data=parts[0].encode()), nonseekable=True)
+        if parts[1] == "tools" and parts[3] == "call":
+            server = self.mcp.devices.get(parts[0])
+            call = ToolCall(server, parts[2], self.nursery)
+            return self._new_handle(Handle("call", caller=ctx.pid, conv=call), nonseekable=True)
+        h = Handle("file", caller=ctx.pid)
+        h.data = await self._interruptible(h, lambda: self.mcp.snapshot(parts))
+        return self._new_handle(h)
 
     async def _block_until(self, handle: Handle, ready: Callable[[], bool],
                            changed: Callable[[], trio.Event]) -> None:
@@ -468,7 +510,7 @@ class Operations(pyfuse3.Operations):
                 return await self._interruptible(h, lambda: h.conv.read(size))
             except SyscallError as exc:
                 raise fuse_error(exc) from None
-        if h.kind == "llm":
+        if h.kind in ("llm", "call"):
             conv = h.conv
             await self._block_until(h, conv.ready, lambda: conv.changed)
             try:
@@ -494,8 +536,11 @@ class Operations(pyfuse3.Operations):
                 return h.conv.write(buf)
             if h.kind == "new":
                 return await self._spawn_write(h, buf)
-            if h.kind == "llm":
+            if h.kind in ("llm", "call"):
                 h.conv.send(buf)
+                return len(buf)
+            if h.kind == "mcpctl":
+                await self.mcp.devices.ctl(h.data.decode(), _text(buf, "command"))
                 return len(buf)
             if h.kind == "file" and h.k == I.K["ctl"]:
                 await self.kernel.signal(h.proc.pid, _text(buf, "command"))
@@ -633,6 +678,8 @@ class Operations(pyfuse3.Operations):
         for inode, count in inode_list:
             if (real := self._real(inode)) is not None:
                 real.forget(inode, count)
+            elif self.mcp is not None and self.mcp.owns(inode):
+                self.mcp.forget(inode, count)
 
     # -- xattrs and statfs --------------------------------------------------------------
     async def getxattr(self, inode, name, ctx):

@@ -70,7 +70,12 @@ class Grants:
         return not self.entries
 
     def allows_tool(self, tool: str) -> bool:
-        return self.unrestricted or any(g.tool == tool for g in self.entries)
+        if self.unrestricted or any(g.tool == tool for g in self.entries):
+            return True
+        # MCP tools: mcp__<server>__<tool>, or a pattern like mcp__<server>__*
+        return tool.startswith("mcp__") and any(
+            g.tool.startswith("mcp__") and g.pattern is None and fnmatch.fnmatchcase(tool, g.tool)
+            for g in self.entries)
 
     def patterns(self, tool: str) -> list[str] | None:
         """None: every use of ``tool`` is allowed; else the patterns that limit it."""

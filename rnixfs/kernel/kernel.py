@@ -168,6 +168,7 @@ class Kernel:
             provider=plan.provider, model=plan.model or getattr(driver, "default_model", None),
             allowed_tools=list(plan.allowed_tools), system_prompt=plan.system_prompt,
             usable_skills=plan.usable_skills, skill_grants=plan.skill_grants, tool_ceiling=ceiling,
+            mcp_servers=list(plan.mcp_servers), mcp_inline=dict(plan.mcp_inline),
             spare_model=plan.fallback_model, spare_provider=plan.fallback_provider,
             reasoning_effort=plan.reasoning_effort, planning=plan.planning,
             warnings=list(plan.warnings), budget=budget, account=account,

@@ -358,13 +358,15 @@ async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
     tracer = kernel.tracer
     schema = tool_mode(model.driver) == "schema"
     extra: dict = {}
+    mcp_tools = [] if planning or kernel.tools is None else await kernel.tools.mcp_specs(proc)
     if planning:
         pass  # a plan is prose: no tools offered, no JSON schema imposed
     elif schema:
-        extra["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "step", "schema": T.answer_schema(proc.allowed_tools)}}
+        answer = T.answer_schema(proc.allowed_tools)
+        answer["properties"]["tool"]["enum"][-1:-1] = [t["function"]["name"] for t in mcp_tools]
+        extra["response_format"] = {"type": "json_schema", "json_schema": {"name": "step", "schema": answer}}
     else:
-        extra["tools"] = T.schemas(proc.allowed_tools)
+        extra["tools"] = T.schemas(proc.allowed_tools) + mcp_tools
     if proc.reasoning_effort and driver_type(model.driver) in EFFORT_DRIVERS:
         extra["reasoning_effort"] = proc.reasoning_effort
     request = json.dumps(proc.messages, ensure_ascii=False).encode()

@@ -27,3 +27,7 @@ class SpawnPlan:
     planning: bool = False  # the built-in default agent does not plan
     # manifest fields the daemon does not act on, unknown keys...: traced at spawn
     warnings: list[str] = field(default_factory=list)
+    # MCP servers whose tools the process gets as mcp__<server>__<tool>;
+    # inline definitions (agent.yaml ``mcp: {servers: …}``) travel with it.
+    mcp_servers: list[str] = field(default_factory=list)
+    mcp_inline: dict = field(default_factory=dict)

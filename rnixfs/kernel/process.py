@@ -117,6 +117,9 @@ class Process:
     usable_skills: list[str] | None = None   # see SpawnPlan
     skill_grants: bool = True
     tool_ceiling: list[str] | None = None    # the parent's grants at spawn (None: no ceiling)
+    mcp_servers: list[str] = field(default_factory=list)
+    mcp_inline: dict = field(default_factory=dict)  # name -> server config (not persisted)
+    mcp_tools: list[dict] | None = None  # function specs, fetched at the first step
     system_prompt: str = ""
     budget: Budget = field(default_factory=Budget)
     cwd: str = "."
@@ -197,6 +200,7 @@ class Process:
     def status(self) -> dict:
         return {
             "pid": self.pid,
+            "mcp_servers": list(self.mcp_servers),
             "uuid": self.uuid,
             "ppid": self.ppid,
             "state": self.state.value,

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+from typing import Protocol
 
 import trio
 
@@ -117,11 +118,19 @@ def _arg(args: dict, key: str, kind=str, required: bool = True):
     return value
 
 
+class McpPort(Protocol):
+    """MCP servers as the agents see them (rnixfs/devices/mcp/device.py)."""
+
+    async def tool_specs(self, servers: list[str], inline: dict) -> tuple[list[dict], list[str]]: ...
+
+    async def call_tool(self, server: str, tool: str, args: dict, limit: int) -> tuple[str, bool]: ...
+
+
 class Tools:
     """Runs tool calls for processes of one kernel."""
 
     def __init__(self, kernel, workspace, shell, *, mount: str = "", env: dict | None = None,
-                 skills=None, open_root=None):
+                 skills=None, open_root=None, mcp: McpPort | None = None):
         self.kernel = kernel
         self.ws = workspace
         self.shell = shell
@@ -129,11 +138,14 @@ class Tools:
         self.env = dict(os.environ if env is None else env)  # without provider keys
         self.skills = skills  # () -> skills Resolution (cached by the catalog), or None
         self._open_root = open_root  # Path -> a confined workspace (devices.fs.Workspace)
+        self.mcp = mcp
 
     async def call(self, proc: Process, name: str, args) -> str:
         tracer = self.kernel.tracer
         if not isinstance(args, dict):
             args = {}
+        if name.startswith("mcp__") and self._mcp_tool(proc, name):
+            return await self._mcp(proc, name, args)
         if name not in SPECS:
             err = SyscallError(Code.INVALID, f"unknown tool {name[:40]!r}; tools: {', '.join(NAMES)}",
                                syscall="Tool", pid=proc.pid)
@@ -154,6 +166,49 @@ class Tools:
             return f"error: {exc}"
         except SyscallError as exc:  # already traced by the syscall that failed
             return f"error: {exc.cause}"
+
+    # -- MCP tools ---------------------------------------------------------------------
+    async def mcp_specs(self, proc: Process) -> list[dict]:
+        """The process's MCP tools as function specs (fetched once, at its
+        first step: the servers start then); the grants filter them."""
+        if proc.mcp_tools is None:
+            specs: list[dict] = []
+            if proc.mcp_servers and self.mcp is not None:
+                async with self.kernel.tracer.syscall(
+                        proc, "Open", quote(",".join(f"/dev/mcp/{s}" for s in proc.mcp_servers)),
+                        device="/dev/mcp") as c:
+                    specs, errors = await self.mcp.tool_specs(proc.mcp_servers, proc.mcp_inline)
+                    c.result = f"{len(specs)} tools" + (f" ({'; '.join(errors)})" if errors else "")
+            grants = G.Grants(proc.allowed_tools)
+            proc.mcp_tools = [s for s in specs if grants.allows_tool(s["function"]["name"])]
+        return proc.mcp_tools
+
+    def _mcp_tool(self, proc: Process, name: str) -> bool:
+        return any(s["function"]["name"] == name for s in proc.mcp_tools or ())
+
+    async def _mcp(self, proc: Process, name: str, args: dict) -> str:
+        """mcp__<server>__<tool>: one traced call, an fd while it runs, the
+        result capped like any tool's; kill cancels it."""
+        _, server, tool = name.split("__", 2)
+        if not G.Grants(proc.allowed_tools).allows_tool(name):
+            err = _denied(f"{name} is not allowed", name, f"/dev/mcp/{server}")
+            err.pid = proc.pid
+            self.kernel.tracer.emit(proc, "Call", quote(name), f"-1 {err}", dur_ms=0, error=err)
+            return f"error: {err.cause}"
+        payload = json.dumps(args, ensure_ascii=False)
+        device = f"/dev/mcp/{server}/tools/{tool}/call"
+        fd = proc.alloc_fd(device)
+        try:
+            async with self.kernel.tracer.syscall(
+                    proc, "Call", f"{quote(server + '/' + tool)}, {len(payload.encode())} bytes",
+                    device=f"/dev/mcp/{server}") as c:
+                text, is_error = await self.mcp.call_tool(server, tool, args, RESULT_CAP)
+                c.result = f"{len(text.encode())} bytes" + (" (tool error)" if is_error else "")
+        except SyscallError as exc:
+            return f"error: {exc.cause}"
+        finally:
+            proc.fds.pop(fd, None)
+        return cap(f"error: {text}" if is_error else text)
 
     # -- workspace ---------------------------------------------------------------------
     def relative(self, path: str) -> str:
