@@ -19,6 +19,55 @@ def read_regular(path: str | os.PathLike, cap: int, *, head: bool = False) -> tu
     Raises OSError, NotRegularFile.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return _read_fd(fd, path, cap, head)
+
+
+class ScopeEscape(PermissionError):
+    """A path that leads outside its scope root (by ``..``, a symlink, a swap)."""
+
+
+def scope_rel(scope_root: str | os.PathLike, path: str | os.PathLike) -> str:
+    """``path`` relative to ``scope_root``, lexically; ScopeEscape if it is not below it."""
+    root = os.path.abspath(scope_root)
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full, root)
+    if rel == os.curdir:
+        return ""
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+        raise ScopeEscape(13, f"{path} is not inside {scope_root}")
+    return rel
+
+
+def read_in_scope(scope_root: str | os.PathLike, path: str | os.PathLike, cap: int, *,
+                  head: bool = False) -> tuple[bytes, int]:
+    """``read_regular`` for a file below ``scope_root``, race-free.
+
+    The path is walked from a directory fd of the scope root, one component
+    at a time with ``O_NOFOLLOW`` (the dev/fs walker, rnixfs.devices.fs):
+    symlinks are followed only while they stay inside the root, and a
+    directory swapped for a symlink between two steps cannot lead out. See
+    docs/skills.md. Raises ScopeEscape, FileNotFoundError, NotRegularFile,
+    OSError.
+    """
+    from .devices.fs import FsError, Workspace
+    from .kernel.errors import Code
+
+    rel = scope_rel(scope_root, path)
+    try:
+        with Workspace(scope_root) as ws:
+            fd = ws.open(rel, os.O_RDONLY | os.O_NONBLOCK)
+    except FsError as exc:
+        if exc.code is Code.PERMISSION:
+            raise ScopeEscape(13, f"{path} leads outside {scope_root} ({exc.cause})") from None
+        if exc.errno in (2, 20):  # ENOENT, ENOTDIR
+            raise FileNotFoundError(exc.errno, f"{path}: no such file") from None
+        if exc.code is Code.INVALID and exc.errno == 22:
+            raise NotRegularFile(f"{path} is not a regular file") from None
+        raise OSError(exc.errno, f"{path}: {exc.cause}") from None
+    return _read_fd(fd, path, cap, head)
+
+
+def _read_fd(fd: int, path, cap: int, head: bool) -> tuple[bytes, int]:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -298,11 +298,15 @@ def test_project_root_symlink_leaving_the_project(env):
     assert "leaves the project" in res.diagnostics.skipped[0].reason
 
 
-def test_user_scope_symlinks_are_followed(env):
-    real = put(env.tmp / "store", "linked", "installed by symlink")
+def test_user_scope_symlinks_are_followed_inside_their_scope(env):
+    real = put(env.home / ".agents" / "store", "linked", "installed by symlink")
     env.roots["ua"].mkdir(parents=True)
     os.symlink(real, env.roots["ua"] / "linked")
-    assert resolve(env).skills["linked"].description == "installed by symlink"
+    outside = put(env.tmp / "store", "far", "outside the user scope")
+    os.symlink(outside, env.roots["ua"] / "far")
+    res = resolve(env)
+    assert res.skills["linked"].description == "installed by symlink"
+    assert res.winners["far"].error == "skill directory is a symlink that leaves its scope"
 
 
 def test_dangling_and_looping_symlinks_do_not_crash(env):

@@ -5,10 +5,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fileio import NotRegularFile, read_regular
+from ..fileio import NotRegularFile, ScopeEscape, read_in_scope, read_regular
 from .parse import (
-    SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, lenient_check,
-    parse_skill_md, read_skill_md,
+    MAX_SKILL_MD_BYTES, SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, decode_skill_md,
+    lenient_check, parse_skill_md,
 )
 from .tools import normalize_tools, split_tools
 
@@ -40,6 +40,43 @@ class BadSkillName(SkillError):
 
 def is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def scope_root_of(root: Path, scope: str) -> Path:
+    """The directory nothing of a skill root may leave (docs/skills.md):
+    the project for ``<project>/.rnix/skills`` and ``<project>/.agents/skills``,
+    the parent for a user root (``<config_dir>/skills`` -> ``<config_dir>``,
+    ``~/.agents/skills`` -> ``~/.agents``)."""
+    root = Path(os.path.abspath(root))
+    return root.parent.parent if scope == "project" else root.parent
+
+
+def read_skill_md_in(scope_root: Path, skill_md: Path, cap: int = MAX_SKILL_MD_BYTES) -> str:
+    """SKILL.md text, walked fd-relative from the scope root (race-free: a
+    directory swapped for a symlink cannot make it read a file outside).
+    Raises SkillParseError with a readable reason."""
+    try:
+        data, size = read_in_scope(scope_root, skill_md, cap)
+    except ScopeEscape:
+        leaves = "the project" if skill_md.parent.parent.parent.parent == scope_root else "its scope"
+        try:  # say which part leads out: the directory or the file
+            read_in_scope(scope_root, skill_md.parent, 0)
+        except ScopeEscape:
+            raise SkillParseError(f"skill directory is a symlink that leaves {leaves}") from None
+        except OSError:
+            pass
+        raise SkillParseError(f"SKILL.md is a symlink that leaves {leaves}") from None
+    except FileNotFoundError:
+        raise SkillParseError("missing SKILL.md") from None
+    except NotRegularFile:
+        raise SkillParseError("SKILL.md is not a regular file") from None
+    except OSError as exc:
+        raise SkillParseError(f"cannot read SKILL.md: {exc.strerror or exc}") from None
+    if size > cap:
+        raise SkillParseError(f"SKILL.md is {size} bytes; the cap is {cap}")
+    if len(data) > cap:
+        raise SkillParseError(f"SKILL.md is more than {cap} bytes")
+    return decode_skill_md(data)
 
 
 @dataclass(eq=False)
@@ -89,21 +126,18 @@ class Skill:
 
     # --- loading -----------------------------------------------------------------
 
-    def _checked_md(self) -> Path:
-        """SKILL.md path after the confinement check (project scope)."""
-        if self.confine is not None:
-            real_dir = os.path.realpath(self.path)
-            if not is_within(real_dir, self.confine):
-                raise SkillParseError("skill directory is a symlink that leaves the project")
-            real_md = os.path.realpath(self.skill_md)
-            if not is_within(real_md, self.confine):
-                raise SkillParseError("SKILL.md is a symlink that leaves the project")
-        return self.skill_md
+    @property
+    def scope_root(self) -> Path:
+        return scope_root_of(self.root, self.scope)
+
+    def _read_md(self) -> str:
+        """SKILL.md, read confined to the scope root (docs/skills.md)."""
+        return read_skill_md_in(self.scope_root, self.skill_md)
 
     def load_metadata(self) -> Skill:
         """Parse the frontmatter (lenient tiers); sets ``error``/``lenient``."""
         try:
-            fm, _ = parse_skill_md(read_skill_md(self._checked_md()))
+            fm, _ = parse_skill_md(self._read_md())
             self.lenient = lenient_check(fm, self.name, str(self.path))
         except (SkillParseError, LenientSkip) as exc:
             self.error = getattr(exc, "reason", None) or str(exc)
@@ -127,7 +161,7 @@ class Skill:
             if self.error is not None:
                 raise SkillInvalid(f'skill "{self.name}" is not loaded: {self.error}')
             try:
-                _, body = parse_skill_md(read_skill_md(self._checked_md()))
+                _, body = parse_skill_md(self._read_md())
             except SkillParseError as exc:
                 raise SkillInvalid(f'skill "{self.name}" is not loaded: {exc}') from None
             self._body = body
