@@ -45,10 +45,15 @@ def project_doc(cwd: Path, project_root: Path, budget: int = PROJECT_DOC_BUDGET)
     boundary and ends with ``[truncated: AGENTS.md exceeded <budget> bytes]``.
     Unreadable files degrade to None (the spawn goes on without).
     """
-    root = os.path.realpath(project_root)
-    d = os.path.realpath(cwd)
+    root = os.path.abspath(project_root)
+    d = os.path.abspath(cwd)
     if not _within(d, root):
-        return None
+        try:  # a cwd spelled through a symlink; realpath may race (EINVAL): give up then
+            root, d = os.path.realpath(project_root), os.path.realpath(cwd)
+        except OSError:
+            return None
+        if not _within(d, root):
+            return None
     while True:
         candidate = os.path.join(d, AGENTS_MD)
         try:

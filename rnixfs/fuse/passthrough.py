@@ -13,6 +13,7 @@ import os
 import posixpath
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Protocol
 
 import pyfuse3
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 PT_BASE = 1 << 44  # inode numbers of passed-through files start here
 TIMEOUT = 1.0  # seconds: changes made on disk show within a second
 NAME_MAX = 255
+RAW_LINK = "\0link"  # inode key suffix: see Passthrough._raw_link
 
 
 class Tree(Protocol):
@@ -64,7 +66,9 @@ class Passthrough:
       it points to (a SKILL.md linked to a shared file reads as that file);
     * a symlink that leads out (or dangles, or loops) is shown as a symlink
       whose text cannot be read (EACCES): nothing can be reached through it,
-      and ``rm`` removes the link;
+      and ``rm`` removes the link; a skill or agent directory that leads out
+      is shown as a sealed directory (mode 000, listing it is EACCES, its
+      extended attributes say why), and ``rm -r`` removes the link;
     * removing or renaming *through* a symlinked directory is refused
       (EACCES): ``rm -r`` of a linked skill never deletes what it points to.
     """
@@ -87,7 +91,12 @@ class Passthrough:
         if inode in self.trees:
             return inode, ""
         root, _, rel = self.inodes.path(inode).partition(":")
-        return int(root), rel
+        return int(root), rel.removesuffix(RAW_LINK)
+
+    def _raw_link(self, inode: int) -> bool:
+        """A just-created symlink the mount shows as its target: the kernel
+        was told "symlink" for this number, so it stays one (see symlink)."""
+        return inode not in self.trees and self.inodes.path(inode).endswith(RAW_LINK)
 
     def _workspace(self, scope_root: Path) -> Workspace:
         """One open walker per scope root; opened anew if the root was replaced."""
@@ -157,7 +166,13 @@ class Passthrough:
         try:
             return ws.stat(wrel)
         except FsError:
-            return st  # leads out, dangles or loops: a link nobody can follow
+            if rest:
+                return st  # leads out, dangles or loops: a link nobody can follow
+            # a skill or agent leading out: a sealed directory, so that its
+            # extended attributes still say why and `rm -r` removes the link
+            return SimpleNamespace(st_mode=stat.S_IFDIR, st_size=0, st_nlink=1, st_uid=st.st_uid,
+                                   st_gid=st.st_gid, st_atime_ns=st.st_atime_ns,
+                                   st_mtime_ns=st.st_mtime_ns, st_ctime_ns=st.st_ctime_ns)
 
     def _no_link_on_the_way(self, root: int, ws: Workspace, rel: str) -> None:
         """Refuse to remove or rename below a symlinked directory: that would
@@ -166,9 +181,10 @@ class Passthrough:
         found = self.trees[root][1].locate(name)
         if found is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
+        if not rest:
+            return  # the entry itself: a link is removed as a link
         path = found[1]
-        parts = rest.split("/")[:-1] if rest else []
-        for part in [None] + parts:
+        for part in [None] + rest.split("/")[:-1]:
             if part is not None:
                 path = f"{path}/{part}"
             try:
@@ -186,7 +202,7 @@ class Passthrough:
             return self._attr(inode, stat.S_IFDIR | 0o755, timeout=TIMEOUT)
         ws, wrel, _, rest = self.confined(root, rel)
         try:
-            st = self._shown(ws, wrel, rest)
+            st = ws.lstat(wrel) if self._raw_link(inode) else self._shown(ws, wrel, rest)
         except FsError as exc:
             raise self._fail(root, rel, exc) from None
         a = self._attr(inode, st.st_mode, size=st.st_size, timeout=TIMEOUT, ns=st.st_mtime_ns)
@@ -285,7 +301,19 @@ class Passthrough:
         except FsError as exc:
             raise self._fail(root, child, exc) from None
         self._changed(root, child)
-        return self.entry(root, child)
+        if self._inner_text(ws, wrel, child.partition("/")[2]) is not None:
+            return self.entry(root, child)
+        # shown as its target from the next lookup on; the reply to symlink(2)
+        # must be a symlink, under a number of its own so no inode changes type
+        ino = self.inodes.ino(f"{root}:{child}{RAW_LINK}")
+        try:
+            attr = self.getattr(ino)
+        except pyfuse3.FUSEError:
+            self.inodes.forget(ino, 0)
+            raise
+        attr.entry_timeout = 0
+        self.inodes.ref(ino)
+        return attr
 
     def setattr(self, inode: int, attr, fields) -> pyfuse3.EntryAttributes:
         root, rel = self.where(inode)
@@ -401,9 +429,11 @@ class Passthrough:
 
     def _move_path(self, root: int, src: str, dst: str) -> None:
         self.inodes.move(f"{root}:{src}", f"{root}:{dst}")
+        self.inodes.move(f"{root}:{src}{RAW_LINK}", f"{root}:{dst}{RAW_LINK}")
 
     def _forget_path(self, root: int, rel: str) -> None:
         self.inodes.move(f"{root}:{rel}", None)
+        self.inodes.move(f"{root}:{rel}{RAW_LINK}", None)
 
     def _changed(self, root: int, rel: str) -> None:
         """Tell the tree what changed, so it re-resolves only that (if anything)."""

@@ -1,0 +1,98 @@
+"""Hostile, in-process and fast: a directory swapped for a symlink while
+SKILL.md, agent.yaml, instructions.md and AGENTS.md are read never puts an
+outside file into what is read (docs/skills.md, "Symlinks")."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rnixfs.agents import AgentError, load_agent, project_doc
+from rnixfs.skills import resolve_skills
+from rnixfs.skills.model import SkillError
+from rnixfs.skills.parse import SkillParseError
+
+SKILL = "---\nname: {name}\ndescription: d\n---\n{body}\n"
+
+
+SWAPPER = r"""
+import ctypes, ctypes.util, os, sys
+real, target = sys.argv[1], sys.argv[2]
+link = real + ".link"
+os.symlink(target, link)
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+a, b = os.fsencode(real), os.fsencode(link)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+while True:  # the directory and a symlink leading out trade places, atomically
+    libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
+"""
+
+
+def swap_forever(real_dir: Path, target: Path) -> subprocess.Popen:
+    """Another process (its own GIL), so the swaps land between our syscalls."""
+    return subprocess.Popen([sys.executable, "-c", SWAPPER, str(real_dir), str(target)])
+
+
+def stop_swapping(p: subprocess.Popen, real_dir: Path) -> None:
+    p.kill()
+    p.wait(10)
+    link = Path(f"{real_dir}.link")
+    if real_dir.is_symlink():
+        real_dir.unlink()
+        link.rename(real_dir)
+    elif os.path.lexists(link):
+        link.unlink()
+
+
+def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
+    project, cfg = tmp_path / "project", tmp_path / "cfg"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "SKILL.md").write_text("---\nname: s\ndescription: OUTSIDE\n---\nOUTSIDE\n")
+    (outside / "agent.yaml").write_text("name: a\ndescription: OUTSIDE\n")
+    (outside / "instructions.md").write_text("OUTSIDE")
+    (outside / "AGENTS.md").write_text("OUTSIDE")
+    for f in outside.iterdir():
+        f.chmod(0o600)
+    skill = project / ".rnix/skills/s"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(SKILL.format(name="s", body="inside"))
+    agent = project / ".rnix/agents/a"
+    agent.mkdir(parents=True)
+    (agent / "agent.yaml").write_text("name: a\ndescription: inside\n")
+    (agent / "instructions.md").write_text("inside")
+    sub = project / "sub"
+    sub.mkdir()
+    (sub / "AGENTS.md").write_text("inside")
+    (project / "AGENTS.md").write_text("top")
+    cfg.mkdir()
+    dirs = (skill, agent, sub)
+    swappers = [swap_forever(d, outside) for d in dirs]
+    seen = {"ok": 0, "refused": 0}
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for s in resolve_skills(project, cfg).winners.values():
+                if s.name != "s":
+                    continue
+                try:
+                    body = s.body()
+                    assert "OUTSIDE" not in body and s.description != "OUTSIDE"
+                    seen["ok"] += 1
+                except (SkillError, SkillParseError):
+                    seen["refused"] += 1
+            try:
+                m = load_agent("a", project, cfg)
+                assert "OUTSIDE" not in m.instructions and m.description != "OUTSIDE"
+                seen["ok"] += 1
+            except AgentError as exc:
+                assert "OUTSIDE" not in str(exc)
+                seen["refused"] += 1
+            doc = project_doc(project / "sub", project)
+            assert doc in (None, "inside", "top"), doc
+    finally:
+        for p, d in zip(swappers, dirs):
+            stop_swapping(p, d)
+    assert seen["ok"] and seen["refused"]  # both sides of the swap were hit
