@@ -243,6 +243,13 @@ class SkillsTree:
             x.startswith("skipped:") for x in d["diagnostics"]) else b"true"
         return out
 
+    def root_xattrs(self) -> dict[str, bytes]:
+        """``user.rnix.resolver`` on skills/: how much resolving was done
+        (full sweeps, one-skill updates, SKILL.md parses), for tests and bench."""
+        c = self.catalog
+        return {"user.rnix.resolver": _encode({"sweeps": c.sweeps, "updates": c.updates,
+                                               "parses": c.parses})}
+
     def changed(self, name: str | None = None, rest: str = "") -> None:
         """Only the skill entry itself and its SKILL.md matter to resolution."""
         if name is None:

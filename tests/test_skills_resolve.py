@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -510,3 +511,32 @@ def test_builtins_concurrent_extraction(env, builtins_on):
         t.join()
     assert sorted(x for r in results for x in r) == ["agents/code-analyst", "skills/code-analysis"]
     assert not [p for p in (env.cfg / "skills").iterdir() if p.name.startswith(".")]
+
+
+# --- caching ----------------------------------------------------------------------------
+
+
+def test_cache_parses_only_what_changed(env):
+    from rnixfs.skills.resolve import SkillCache, update_names
+
+    for i in range(20):
+        put(env.roots["un"], f"s{i:02d}", f"skill {i}")
+    cache = SkillCache()
+    res = resolve(env, cache=cache)
+    assert cache.parses == 20 and len(res.skills) == 20
+    res = resolve(env, cache=cache)
+    assert cache.parses == 20                       # nothing changed: nothing parsed
+    put(env.roots["un"], "s03", "edited", extra="license: MIT\n")
+    res = resolve(env, cache=cache)
+    assert cache.parses == 21 and res.skills["s03"].description == "edited"
+    # one name re-resolved: a new project copy shadows the user copy
+    put(env.roots["pn"], "s05", "project copy")
+    new = update_names(res, ["s05", "fresh"], cache=cache)
+    assert cache.parses == 22
+    assert new.skills["s05"].scope == "project" and [s.scope for s in new.shadowed["s05"]] == ["user"]
+    assert res.skills["s05"].scope == "user"        # the old resolution is left as it was
+    assert "fresh" not in new.winners
+    assert [w.skill_name for w in new.diagnostics.warnings] == ["s05"]
+    assert new.diagnostics.trust                    # a project root now exists, untrusted
+    shutil.rmtree(env.roots["un"] / "s07")
+    assert "s07" not in update_names(new, ["s07"], cache=cache).winners

@@ -448,7 +448,10 @@ class Passthrough:
     # -- xattrs --------------------------------------------------------------------
     def xattrs(self, inode: int) -> dict[str, bytes]:
         root, rel = self.where(inode)
-        if not rel or "/" in rel:
+        if not rel:
+            top = getattr(self.trees[root][1], "root_xattrs", None)
+            return top() if top is not None else {}
+        if "/" in rel:
             return {}
         return self.trees[root][1].xattrs(rel)
 
