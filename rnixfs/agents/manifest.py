@@ -6,8 +6,10 @@ priority order: ``<project>/.rnix/agents/`` then ``<config_dir>/agents/``;
 the first directory named ``<name>`` wins whole.
 
 Names are plain directory names (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``, no
-``..``); a name never escapes its base directory, and a project agent whose
-directory or files are symlinks leading out of the project is refused.
+``..``); a name never escapes its base directory, and an agent whose
+directory or files lead out of its scope root (the project, or the config
+directory) is refused: files are read by the fd-relative walk from the scope
+root (rnixfs.fileio ``read_in_scope``, docs/skills.md).
 Unknown keys in agent.yaml are kept as warnings (the seeds carry fields
 rnixfs does not use yet); wrong types are errors with one readable line.
 """
