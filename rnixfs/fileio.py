@@ -50,21 +50,49 @@ def read_in_scope(scope_root: str | os.PathLike, path: str | os.PathLike, cap: i
     OSError.
     """
     from .devices.fs import FsError, Workspace
-    from .kernel.errors import Code
 
     rel = scope_rel(scope_root, path)
     try:
         with Workspace(scope_root) as ws:
             fd = ws.open(rel, os.O_RDONLY | os.O_NONBLOCK)
     except FsError as exc:
-        if exc.code is Code.PERMISSION:
-            raise ScopeEscape(13, f"{path} leads outside {scope_root} ({exc.cause})") from None
-        if exc.errno in (2, 20):  # ENOENT, ENOTDIR
-            raise FileNotFoundError(exc.errno, f"{path}: no such file") from None
-        if exc.code is Code.INVALID and exc.errno == 22:
-            raise NotRegularFile(f"{path} is not a regular file") from None
-        raise OSError(exc.errno, f"{path}: {exc.cause}") from None
+        raise _oserror(exc, path, scope_root) from None
     return _read_fd(fd, path, cap, head)
+
+
+def read_below(scope_root: str | os.PathLike, directory: str | os.PathLike, rel: str, cap: int
+               ) -> tuple[bytes, int]:
+    """``read_regular`` for ``<directory>/<rel>``, confined twice: the
+    directory is reached by the walk from ``scope_root``, then ``rel`` is
+    walked from a directory fd of it, so nothing outside ``directory`` is
+    read (a skill's resources). Raises like ``read_in_scope``."""
+    from .devices.fs import FsError, Workspace
+
+    drel = scope_rel(scope_root, directory) or "."
+    try:
+        with Workspace(scope_root) as ws:
+            dfd = ws.open(drel, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with Workspace(f"/proc/self/fd/{dfd}") as inner:
+                fd = inner.open(rel, os.O_RDONLY | os.O_NONBLOCK)
+        finally:
+            os.close(dfd)
+    except FsError as exc:
+        raise _oserror(exc, os.path.join(directory, rel), directory) from None
+    return _read_fd(fd, rel, cap, False)
+
+
+def _oserror(exc, path, root) -> OSError:
+    """The walker's refusal or failure as the OSError a file reader expects."""
+    from .kernel.errors import Code
+
+    if exc.code is Code.PERMISSION:
+        return ScopeEscape(13, f"{path} leads outside {root} ({exc.cause})")
+    if exc.errno in (2, 20):  # ENOENT, ENOTDIR
+        return FileNotFoundError(exc.errno, f"{path}: no such file")
+    if exc.code is Code.INVALID and exc.errno == 22:
+        return NotRegularFile(f"{path} is not a regular file")
+    return OSError(exc.errno, f"{path}: {exc.cause}")
 
 
 def _read_fd(fd: int, path, cap: int, head: bool) -> tuple[bytes, int]:

@@ -1,6 +1,7 @@
 """Hostile, in-process and fast: a directory swapped for a symlink while
-SKILL.md, agent.yaml, instructions.md and AGENTS.md are read never puts an
-outside file into what is read (docs/skills.md, "Symlinks")."""
+SKILL.md, agent.yaml, instructions.md, AGENTS.md and skill resources are
+read never puts an outside file into what is read (docs/skills.md,
+"Symlinks in skills/ and agents/")."""
 from __future__ import annotations
 
 import os
@@ -59,6 +60,8 @@ def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
     skill = project / ".rnix/skills/s"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(SKILL.format(name="s", body="inside"))
+    (skill / "ref.md").write_text("inside")
+    (outside / "ref.md").write_text("OUTSIDE")
     agent = project / ".rnix/agents/a"
     agent.mkdir(parents=True)
     (agent / "agent.yaml").write_text("name: a\ndescription: inside\n")
@@ -83,6 +86,10 @@ def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
                     seen["ok"] += 1
                 except (SkillError, SkillParseError):
                     seen["refused"] += 1
+                try:
+                    assert s.read_resource("ref.md") == b"inside"
+                except SkillError as exc:
+                    assert "OUTSIDE" not in str(exc)
             try:
                 m = load_agent("a", project, cfg)
                 assert "OUTSIDE" not in m.instructions and m.description != "OUTSIDE"

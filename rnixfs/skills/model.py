@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fileio import NotRegularFile, ScopeEscape, read_in_scope, read_regular
+from ..fileio import NotRegularFile, ScopeEscape, read_below, read_in_scope
 from .parse import (
     MAX_SKILL_MD_BYTES, SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, decode_skill_md,
     lenient_check, parse_skill_md,
@@ -195,18 +195,14 @@ class Skill:
         """Bytes of one file inside the skill directory (never outside it)."""
         if not rel or "\x00" in rel or os.path.isabs(rel) or ".." in Path(rel).parts:
             raise SkillError(f"bad resource path {rel!r}")
-        base = os.path.realpath(self.path)
-        if self.confine is not None and not is_within(base, self.confine):
-            raise SkillError(f'skill "{self.name}" leaves its project')
-        real = os.path.realpath(os.path.join(base, rel))
-        if not is_within(real, base) or real == base:
-            raise SkillError(f"resource {rel!r} leaves the skill directory")
-        try:
-            data, size = read_regular(real, limit)
+        try:  # walked fd-relative: the skill from its scope root, the file from the skill
+            data, size = read_below(self.scope_root, self.path, rel, limit)
+        except ScopeEscape:
+            raise SkillError(f"resource {rel!r} leaves the skill directory") from None
         except NotRegularFile:
             raise SkillError(f"resource {rel!r} is not a regular file") from None
         except OSError as exc:
-            raise SkillError(f"resource {rel!r}: {exc.strerror}") from None
+            raise SkillError(f"resource {rel!r}: {exc.strerror or exc}") from None
         if size > limit:
             raise SkillError(f"resource {rel!r} is {size} bytes; the cap is {limit}")
         if len(data) > limit:
