@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 
 import pytest
 
 from tests.mountutil import needs_fuse, sh, wait_for
+from tests.swaputil import stop_swapping, swap_forever
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 
@@ -195,36 +195,6 @@ def test_mkdir_through_a_skills_root_leading_out(mnt, tmp_path):
     assert os.listdir(far) == []
 
 
-def _swapper(real_dir, link_target, stop, period=0.0005):
-    """Swap ``real_dir`` with a symlink to ``link_target`` and back, forever."""
-    parked = real_dir.with_name(real_dir.name + ".parked")
-    link = real_dir.with_name(real_dir.name + ".link")
-
-    def loop():
-        while not stop.is_set():
-            try:
-                os.symlink(link_target, link)
-                os.rename(real_dir, parked)
-                os.rename(link, real_dir)
-                time.sleep(period)
-                os.rename(real_dir, link)
-                os.rename(parked, real_dir)
-                os.unlink(link)
-                time.sleep(period)
-            except FileNotFoundError:
-                continue
-        if parked.exists():
-            if os.path.islink(real_dir):
-                os.unlink(real_dir)
-            os.rename(parked, real_dir)
-        if os.path.lexists(link):
-            os.unlink(link)
-
-    t = threading.Thread(target=loop, daemon=True)
-    t.start()
-    return t
-
-
 def test_race_swapping_a_directory_for_a_symlink(mnt, outside, tmp_path):
     root = mnt.project / ".rnix/skills"
     d = skill(root, "racer", body="INSIDE-BODY")
@@ -238,9 +208,9 @@ def test_race_swapping_a_directory_for_a_symlink(mnt, outside, tmp_path):
     before, before2 = tree(outside), tree(other)
     listed(mnt, "skills", "racer")
     listed(mnt, "skills", "whole")
-    stop = threading.Event()
     # one directory inside a skill, and a whole skill directory, swapped
-    swappers = [_swapper(d / "sub", outside, stop), _swapper(whole, other, stop)]
+    swapped = [(d / "sub", outside), (whole, other)]
+    swappers = [swap_forever(a, b) for a, b in swapped]
     try:
         res = run(mnt, 'end=$((SECONDS+4)); i=0; while [ $SECONDS -lt $end ]; do i=$((i+1)); '
                        'cat "$M/skills/racer/sub/secret.txt" "$M/skills/whole/secret.txt" '
@@ -252,9 +222,8 @@ def test_race_swapping_a_directory_for_a_symlink(mnt, outside, tmp_path):
                        'ls "$M/skills/racer/sub" "$M/skills/whole" 2>/dev/null; done; echo "loops=$i"',
                   timeout=120)
     finally:
-        stop.set()
-        for t in swappers:
-            t.join(10)
+        for p, (a, _) in zip(swappers, swapped):
+            stop_swapping(p, a)
     assert "OUTSIDE" not in res.stdout and "loops=" in res.stdout
     assert tree(outside) == before, "something outside was created, changed or deleted"
     assert tree(other) == before2, "something outside was created, changed or deleted"
@@ -275,8 +244,8 @@ def test_race_while_spawning(mnt, outside):
     (mnt.project / "AGENTS.md").write_text("INSIDE-DOC")
     listed(mnt, "skills", "spawned")
     listed(mnt, "agents", "racy")
-    stop = threading.Event()
-    swappers = [_swapper(root / "spawned", outside, stop), _swapper(agent, outside, stop)]
+    swapped = [root / "spawned", agent]
+    swappers = [swap_forever(a, outside) for a in swapped]
     pids, errors = [], 0
     try:
         deadline = time.monotonic() + 6
@@ -288,9 +257,8 @@ def test_race_while_spawning(mnt, outside):
                 continue
             pids = [int(x) for x in os.listdir(mnt.p("proc")) if x.isdigit()]
     finally:
-        stop.set()
-        for t in swappers:
-            t.join(10)
+        for p, a in zip(swappers, swapped):
+            stop_swapping(p, a)
     for pid in pids:
         first = open(mnt.p(f"proc/{pid}/context")).readline()
         assert "OUTSIDE" not in first
@@ -309,6 +277,8 @@ def test_user_agent_leading_out_of_the_config_dir(mnt, outside):
     listed(mnt, "agents", "far")
     res = run(mnt, 'cat "$M/agents/far/instructions.md"')
     assert res.returncode != 0 and "OUTSIDE" not in res.stdout
-    res = run(mnt, """echo '{"agent": "far", "intent": "x"}' > "$M/proc/new" """)
-    assert res.returncode != 0
+    res = run(mnt, """exec 3<>"$M/proc/new"; echo '{"agent": "far", "intent": "x"}' >&3; """
+                   """echo "rc=$?"; head -n1 <&3""")
+    assert "rc=1" in res.stdout and "Invalid argument" in res.stderr
+    assert "error: " in res.stdout and "leaves its scope" in res.stdout   # the reason, in words
     assert "leaves its scope" in mnt.log()

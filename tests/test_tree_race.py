@@ -5,8 +5,6 @@ read never puts an outside file into what is read (docs/skills.md,
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,37 +12,9 @@ from rnixfs.agents import AgentError, load_agent, project_doc
 from rnixfs.skills import resolve_skills
 from rnixfs.skills.model import SkillError
 from rnixfs.skills.parse import SkillParseError
+from tests.swaputil import stop_swapping, swap_forever
 
 SKILL = "---\nname: {name}\ndescription: d\n---\n{body}\n"
-
-
-SWAPPER = r"""
-import ctypes, ctypes.util, os, sys
-real, target = sys.argv[1], sys.argv[2]
-link = real + ".link"
-os.symlink(target, link)
-libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-a, b = os.fsencode(real), os.fsencode(link)
-AT_FDCWD, RENAME_EXCHANGE = -100, 2
-while True:  # the directory and a symlink leading out trade places, atomically
-    libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
-"""
-
-
-def swap_forever(real_dir: Path, target: Path) -> subprocess.Popen:
-    """Another process (its own GIL), so the swaps land between our syscalls."""
-    return subprocess.Popen([sys.executable, "-c", SWAPPER, str(real_dir), str(target)])
-
-
-def stop_swapping(p: subprocess.Popen, real_dir: Path) -> None:
-    p.kill()
-    p.wait(10)
-    link = Path(f"{real_dir}.link")
-    if real_dir.is_symlink():
-        real_dir.unlink()
-        link.rename(real_dir)
-    elif os.path.lexists(link):
-        link.unlink()
 
 
 def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
