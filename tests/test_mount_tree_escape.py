@@ -282,3 +282,66 @@ def test_user_agent_leading_out_of_the_config_dir(mnt, outside):
     assert "rc=1" in res.stdout and "Invalid argument" in res.stderr
     assert "error: " in res.stdout and "leaves its scope" in res.stdout   # the reason, in words
     assert "leaves its scope" in mnt.log()
+
+
+def test_every_operation_on_every_hostile_layout(mnt, outside, tmp_path):
+    """A sweep: each path through a hostile link gets every operation a shell
+    offers; nothing outside the scope roots changes, nothing outside is read,
+    nothing the links point to inside the project is deleted."""
+    p = mnt.project
+    sk, ag = p / ".rnix/skills", p / ".rnix/agents"
+    sk.mkdir(parents=True)
+    ag.mkdir(parents=True)
+    (p / "keep.txt").write_text("project file\n")
+    os.symlink(outside, sk / "esc")
+    os.symlink("../../../elsewhere", sk / "esc-rel")
+    (p / "hop").symlink_to(outside)
+    os.symlink("../../hop", sk / "chain")
+    os.symlink("/", ag / "rootfs")
+    os.symlink(outside, mnt.config_dir / "skills" / "user-esc")
+    inner = skill(sk, "inner")
+    os.symlink(outside / "secret.txt", inner / "leak")
+    os.symlink("../../../../elsewhere", inner / "leakdir")
+    os.symlink("../../..", inner / "updir")               # the project root: inside the scope
+    os.symlink("leakdir/sub", inner / "via")              # lexically inside, resolves out
+    for n in ("esc", "chain", "inner", "user-esc"):
+        listed(mnt, "skills", n)
+    listed(mnt, "agents", "rootfs")
+    before, project_before = tree(outside), tree(p)
+    paths = ["skills/esc", "skills/esc-rel", "skills/chain", "skills/user-esc", "skills/esc/sub",
+             "agents/rootfs", "agents/rootfs/tmp", "skills/inner/leak", "skills/inner/leakdir",
+             "skills/inner/leakdir/sub", "skills/inner/via", "skills/inner/updir"]
+    ops = ['cat "$P" "$P/secret.txt" "$P/deep.txt"', 'ls -la "$P" "$P/"', 'readlink -f "$P"',
+           'echo pwn > "$P/pwn"', 'echo pwn >> "$P"', 'touch "$P/t" "$P"', 'mkdir "$P/new"',
+           'chmod 777 "$P" "$P/secret.txt"', 'truncate -s0 "$P/secret.txt" "$P/deep.txt" "$P"',
+           'rm -f "$P/secret.txt" "$P/deep.txt" "$P/keep.txt"', 'rm -rf "$P/"*', 'rm -rf "$P/sub"',
+           'mv "$P/secret.txt" "$P/moved"', 'ln -s /etc/passwd "$P/l"', 'cp /etc/hostname "$P/"',
+           'cp -r "$P" "$TMPCOPY"', 'getfattr -d "$P"', 'find "$P/" -maxdepth 2', 'du -a "$P/"',
+           'tar -cf - -C "$P" . | tar -tvf -']
+    leaked = []
+    for path in paths:
+        copy = tmp_path / "copy"
+        script = "; ".join(f"{op} 2>/dev/null" for op in ops)
+        res = sh(script, env={**os.environ, "P": mnt.p(path), "TMPCOPY": str(copy)}, timeout=120)
+        if "OUTSIDE" in res.stdout or str(outside) in res.stdout:
+            leaked.append((path, res.stdout))
+        if copy.exists():
+            assert "OUTSIDE" not in str(tree(copy)), path
+            shutil.rmtree(copy)
+    assert leaked == []
+    assert tree(outside) == before
+    # updir leads to the project root, inside the scope: writing there through
+    # it is allowed, but nothing that was there is removed or changed
+    now = tree(p)
+    assert {k: now.get(k) for k in project_before} == project_before
+    assert os.path.exists("/etc/hostname") and mnt.daemon_alive()
+    # the links themselves can go: rm -r of those leading out (shown as links
+    # or sealed directories); rmdir of one shown as the directory inside the
+    # scope it points to (rm -r would descend, and removing through it is refused)
+    res = run(mnt, 'rm -r "$M/skills/inner/updir"')
+    assert res.returncode != 0 and "Permission denied" in res.stderr
+    run(mnt, 'rm -rf "$M/skills/esc" "$M/skills/esc-rel" "$M/skills/chain" "$M/skills/user-esc" '
+             '"$M/agents/rootfs" "$M/skills/inner/leak" "$M/skills/inner/leakdir" '
+             '"$M/skills/inner/via" && rmdir "$M/skills/inner/updir"', check=True)
+    assert tree(outside) == before and (p / "keep.txt").exists()
+    assert sorted(os.listdir(inner)) == ["SKILL.md"]
