@@ -345,3 +345,21 @@ def test_every_operation_on_every_hostile_layout(mnt, outside, tmp_path):
              '"$M/skills/inner/via" && rmdir "$M/skills/inner/updir"', check=True)
     assert tree(outside) == before and (p / "keep.txt").exists()
     assert sorted(os.listdir(inner)) == ["SKILL.md"]
+
+
+def test_an_alias_of_another_skill_is_a_link_in_the_mount(mnt):
+    root = mnt.project / ".rnix/skills"
+    real = skill(root, "real", body="REAL-BODY")
+    (real / "references").mkdir()
+    (real / "references" / "r.md").write_text("R\n")
+    os.symlink("real", root / "alias")
+    d = skill(root, "user")
+    os.symlink("../real/references", d / "refs")          # into another skill: rewritten
+    listed(mnt, "skills", "alias")
+    assert os.readlink(mnt.p("skills/alias")) == "real"
+    assert "REAL-BODY" in open(mnt.p("skills/alias/SKILL.md")).read()
+    assert os.readlink(mnt.p("skills/user/refs")) == "../real/references"
+    assert open(mnt.p("skills/user/refs/r.md")).read() == "R\n"
+    run(mnt, 'rm -r "$M/skills/alias" "$M/skills/user/refs"', check=True)   # the links only
+    assert not os.path.lexists(root / "alias") and not os.path.lexists(d / "refs")
+    assert (real / "SKILL.md").is_file() and (real / "references" / "r.md").is_file()

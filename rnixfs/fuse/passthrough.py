@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 PT_BASE = 1 << 44  # inode numbers of passed-through files start here
 TIMEOUT = 1.0  # seconds: changes made on disk show within a second
 NAME_MAX = 255
+MAX_ROOT_DEPTH = 2  # a skill root is at most this deep in its scope root (.rnix/skills)
 RAW_LINK = "\0link"  # inode key suffix: see Passthrough._raw_link
 
 
@@ -61,7 +62,9 @@ class Passthrough:
     symlinks the tree holds or swaps in (docs/skills.md, "Symlinks"):
 
     * a symlink whose text stays inside its own skill (``latest -> v2``) is
-      shown as a symlink with that text;
+      shown as a symlink with that text; one that resolves into another
+      entry the tree shows (``alias -> real``) is shown as a symlink whose
+      text reaches it through the mount (``_link_text``);
     * any other symlink that resolves inside the scope root is shown as what
       it points to (a SKILL.md linked to a shared file reads as that file);
     * a symlink that leads out (or dangles, or loops) is shown as a symlink
@@ -141,32 +144,48 @@ class Passthrough:
         return pyfuse3.FUSEError(errno.EACCES)
 
     # -- symlinks ------------------------------------------------------------------
-    @staticmethod
-    def _inner_text(ws: Workspace, wrel: str, rest: str) -> str | None:
-        """The text of symlink ``wrel`` if following it stays inside its own
-        entry lexically (then the kernel may follow it in the mount)."""
-        if not rest:
-            return None  # the entry itself: shown as its target or refused
+    def _link_text(self, root: int, ws: Workspace, wrel: str, rel: str) -> str | None:
+        """The text the mount shows for symlink ``wrel`` (``rel`` in the
+        tree), or None when it is shown as its target or refused.
+
+        A text that stays lexically inside its own entry is shown as it is.
+        Otherwise, if the link resolves (confined) into an entry the tree
+        shows (``alias -> real``, ``SKILL.md -> ../shared/SKILL.md``), the
+        text is rewritten to reach the same file through the mount, so the
+        kernel follows it there and ``rm`` treats it as the link it is.
+        """
+        name, _, rest = rel.partition("/")
         try:
             text = ws.readlink(wrel)
         except FsError:
             return None
-        if not text or text.startswith("/"):
+        if rest and text and not text.startswith("/"):
+            norm = posixpath.normpath(posixpath.join(posixpath.dirname(rest), text))
+            if norm != ".." and not norm.startswith("../"):
+                return text
+        try:
+            target = ws.resolve(wrel)
+        except FsError:
             return None
-        norm = posixpath.normpath(posixpath.join(posixpath.dirname(rest), text))
-        if norm == ".." or norm.startswith("../"):
-            return None
-        return text
+        tree = self.trees[root][1]
+        scope_root = tree.locate(name)
+        parts = target.split("/") if target != "." else []
+        for i, w in enumerate(parts[:MAX_ROOT_DEPTH + 1]):
+            found = tree.locate(w) if not w.startswith(".") else None
+            if found is not None and found[0] == scope_root[0] and found[1] == "/".join(parts[:i + 1]):
+                shown = "/".join([w] + parts[i + 1:])
+                return posixpath.relpath(shown, posixpath.dirname(rel) or ".")
+        return None
 
-    def _shown(self, ws: Workspace, wrel: str, rest: str) -> os.stat_result:
+    def _shown(self, root: int, ws: Workspace, wrel: str, rel: str) -> os.stat_result:
         """The stat the mount shows for ``wrel`` (see the class docstring)."""
         st = ws.lstat(wrel)
-        if not stat.S_ISLNK(st.st_mode) or self._inner_text(ws, wrel, rest) is not None:
+        if not stat.S_ISLNK(st.st_mode) or self._link_text(root, ws, wrel, rel) is not None:
             return st
         try:
             return ws.stat(wrel)
         except FsError:
-            if rest:
+            if "/" in rel:
                 return st  # leads out, dangles or loops: a link nobody can follow
             # a skill or agent leading out: a sealed directory, so that its
             # extended attributes still say why and `rm -r` removes the link
@@ -202,7 +221,7 @@ class Passthrough:
             return self._attr(inode, stat.S_IFDIR | 0o755, timeout=TIMEOUT)
         ws, wrel, _, rest = self.confined(root, rel)
         try:
-            st = ws.lstat(wrel) if self._raw_link(inode) else self._shown(ws, wrel, rest)
+            st = ws.lstat(wrel) if self._raw_link(inode) else self._shown(root, ws, wrel, rel)
         except FsError as exc:
             raise self._fail(root, rel, exc) from None
         a = self._attr(inode, st.st_mode, size=st.st_size, timeout=TIMEOUT, ns=st.st_mtime_ns)
@@ -269,7 +288,7 @@ class Passthrough:
                 raise pyfuse3.FUSEError(errno.EINVAL)
         except FsError as exc:
             raise self._fail(root, rel, exc) from None
-        text = self._inner_text(ws, wrel, rest)
+        text = self._link_text(root, ws, wrel, rel)
         if text is None:
             raise self._refuse(root, rel, "symlink leads outside its skill or scope, dangles or loops")
         return os.fsencode(text)
@@ -301,7 +320,7 @@ class Passthrough:
         except FsError as exc:
             raise self._fail(root, child, exc) from None
         self._changed(root, child)
-        if self._inner_text(ws, wrel, child.partition("/")[2]) is not None:
+        if self._link_text(root, ws, wrel, child) is not None:
             return self.entry(root, child)
         # shown as its target from the next lookup on; the reply to symlink(2)
         # must be a symlink, under a number of its own so no inode changes type
