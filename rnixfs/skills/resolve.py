@@ -426,6 +426,20 @@ def resolve_skills(
                 shadowed.setdefault(name, []).append(skill)
                 diag.warnings.append(ShadowWarning(name, str(win.path), win.scope, win.namespace,
                                                    str(skill.path), skill.scope, skill.namespace))
+    all_paths = (canonical[:2] + [r for r in roots if r.ancestor] + canonical[2:]
+                 if project is not None else canonical)
+    if scope is not None:
+        all_paths = [p for p in all_paths if p.scope == scope]
+    return _finish(Path(os.path.abspath(project)) if project is not None else None,
+                   Path(os.path.abspath(config_dir)), all_paths, roots, winners, shadowed, diag,
+                   walker.truncated, warn)
+
+
+def _finish(project: Path | None, config_dir: Path, paths: list[ScopePath], roots: list[ScopePath],
+            winners: dict[str, Skill], shadowed: dict[str, list[Skill]], diag: Diagnostics,
+            truncated: bool, warn: Callable[[str], None] | None) -> Resolution:
+    """Diagnostics and indexes from the winners, then the Resolution: the
+    one ending of a full resolution and of a one-name update (update_names)."""
     for name in sorted(winners):
         s = winners[name]
         if s.error is not None:
@@ -433,16 +447,11 @@ def resolve_skills(
         diag.lenient.extend(s.lenient)
     diag.trust = check_trust([r for r in roots if r.exists])
     if warn:
-        for line in list(notes) + diag.lines():
+        for line in list(diag.notes) + diag.lines():
             warn(line)
-    all_paths = (canonical[:2] + [r for r in roots if r.ancestor] + canonical[2:]
-                 if project is not None else canonical)
-    if scope is not None:
-        all_paths = [p for p in all_paths if p.scope == scope]
-    return Resolution(project=Path(os.path.abspath(project)) if project is not None else None,
-                      config_dir=Path(os.path.abspath(config_dir)), paths=all_paths,
+    return Resolution(project=project, config_dir=config_dir, paths=paths,
                       winners=dict(sorted(winners.items())), shadowed=shadowed,
-                      diagnostics=diag, truncated=walker.truncated)
+                      diagnostics=diag, truncated=truncated)
 
 
 def update_names(res: Resolution, names: Iterable[str], *, cache: SkillCache | None = None,
@@ -499,16 +508,8 @@ def update_names(res: Resolution, names: Iterable[str], *, cache: SkillCache | N
         for other in shadowed.get(name, []):
             diag.warnings.append(ShadowWarning(name, str(s.path), s.scope, s.namespace,
                                                str(other.path), other.scope, other.namespace))
-        if s.error is not None:
-            diag.skipped.append(SkipEntry(str(s.path), s.error))
-        diag.lenient.extend(s.lenient)
-    diag.trust = check_trust([r for r in roots if r.exists])
-    if warn:
-        for line in diag.lines():
-            warn(line)
-    return Resolution(project=res.project, config_dir=res.config_dir, paths=roots,
-                      winners=dict(sorted(winners.items())), shadowed=shadowed,
-                      diagnostics=diag, truncated=res.truncated)
+    return _finish(res.project, res.config_dir, roots, [r for r in roots if r.exists], winners,
+                   shadowed, diag, res.truncated, warn)
 
 
 def _skill_dir_names(root: Path, diag: Diagnostics) -> list[str]:
