@@ -60,12 +60,12 @@ def read_in_scope(scope_root: str | os.PathLike, path: str | os.PathLike, cap: i
     return _read_fd(fd, path, cap, head)
 
 
-def read_below(scope_root: str | os.PathLike, directory: str | os.PathLike, rel: str, cap: int
-               ) -> tuple[bytes, int]:
-    """``read_regular`` for ``<directory>/<rel>``, confined twice: the
-    directory is reached by the walk from ``scope_root``, then ``rel`` is
-    walked from a directory fd of it, so nothing outside ``directory`` is
-    read (a skill's resources). Raises like ``read_in_scope``."""
+def confined_dir(scope_root: str | os.PathLike, directory: str | os.PathLike):
+    """A Workspace (rnixfs.devices.fs) rooted at ``directory``, reached by the
+    fd-relative walk from ``scope_root``: a skill directory that is (or is
+    swapped for) a symlink leading out of its scope root is ScopeEscape, never
+    a walker rooted outside. The caller closes it. Raises like ``read_in_scope``.
+    """
     from .devices.fs import FsError, Workspace
 
     drel = scope_rel(scope_root, directory) or "."
@@ -73,12 +73,27 @@ def read_below(scope_root: str | os.PathLike, directory: str | os.PathLike, rel:
         with Workspace(scope_root) as ws:
             dfd = ws.open(drel, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            with Workspace(f"/proc/self/fd/{dfd}") as inner:
-                fd = inner.open(rel, os.O_RDONLY | os.O_NONBLOCK)
+            # our own fd through /proc: the walker's root is exactly this directory
+            return Workspace(f"/proc/self/fd/{dfd}")
         finally:
             os.close(dfd)
     except FsError as exc:
-        raise _oserror(exc, os.path.join(directory, rel), directory) from None
+        raise _oserror(exc, directory, scope_root) from None
+
+
+def read_below(scope_root: str | os.PathLike, directory: str | os.PathLike, rel: str, cap: int
+               ) -> tuple[bytes, int]:
+    """``read_regular`` for ``<directory>/<rel>``, confined twice: the
+    directory is reached by the walk from ``scope_root`` (``confined_dir``),
+    then ``rel`` is walked from it, so nothing outside ``directory`` is read
+    (a skill's resources). Raises like ``read_in_scope``."""
+    from .devices.fs import FsError
+
+    with confined_dir(scope_root, directory) as inner:
+        try:
+            fd = inner.open(rel, os.O_RDONLY | os.O_NONBLOCK)
+        except FsError as exc:
+            raise _oserror(exc, os.path.join(directory, rel), directory) from None
     return _read_fd(fd, rel, cap, False)
 
 

@@ -73,3 +73,30 @@ def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
         for p, d in zip(swappers, dirs):
             stop_swapping(p, d)
     assert seen["ok"] and seen["refused"]  # both sides of the swap were hit
+
+
+def test_confined_dir_and_read_in_scope(tmp_path):
+    import pytest
+
+    from rnixfs.fileio import ScopeEscape, confined_dir, read_in_scope
+
+    scope, outside = tmp_path / "scope", tmp_path / "outside"
+    (scope / "skills" / "real").mkdir(parents=True)
+    (scope / "skills" / "real" / "f.md").write_text("inside")
+    outside.mkdir()
+    (outside / "f.md").write_text("OUTSIDE")
+    os.symlink("real", scope / "skills" / "alias")
+    os.symlink(outside, scope / "skills" / "esc")
+    os.symlink("../../outside", scope / "skills" / "esc-rel")
+    with confined_dir(scope, scope / "skills" / "alias") as ws:
+        assert ws.read_file("f.md", 100) == (b"inside", False)
+        with pytest.raises(Exception):
+            ws.read_file("../esc/f.md", 100)
+    for esc in ("esc", "esc-rel"):
+        with pytest.raises(ScopeEscape):
+            confined_dir(scope, scope / "skills" / esc)
+        with pytest.raises(ScopeEscape):
+            read_in_scope(scope, scope / "skills" / esc / "f.md", 100)
+    with pytest.raises(ScopeEscape):
+        read_in_scope(scope, tmp_path / "elsewhere.md", 100)   # not below the scope root at all
+    assert read_in_scope(scope, scope / "skills" / "alias" / "f.md", 100) == (b"inside", 6)
