@@ -1,14 +1,18 @@
 """Agents and skills as the daemon sees them: spawn plans for the kernel,
 and the skills/ and agents/ trees for the mount.
 
-Resolution is cached for a second (and dropped at once after a change made
-through the mount), so edits made directly on disk show up within a second.
+Resolution is cached. A change made through the mount re-resolves only what
+it touched (the one skill created, removed or renamed, or whose SKILL.md was
+written; nothing at all for other files); edits made directly on disk show
+up within a second, when a sweep stats every root and skill again and
+parses only the SKILL.md files whose stat changed (docs/skills.md).
 """
 from __future__ import annotations
 
 import json
 import os
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +20,8 @@ from .agents import (
     AgentError, AgentNotFound, agent_write_scope, allowed_tools, build_system_prompt,
     list_agents, load_agent, project_doc, select_model, select_skills,
 )
+from .devices.fs import FsError, Workspace
+from .fileio import ScopeEscape, scope_rel
 from .kernel.errors import Code, SyscallError
 from .kernel.loop import DEFAULT_SYSTEM_PROMPT
 from .devices.mcp.config import load_servers, parse_servers
@@ -24,6 +30,8 @@ from .skills import (
     SkillError, SkillInvalid, SkillNotFound, check_name, ensure_builtins, resolve_skills,
     write_scope,
 )
+from .skills.model import scope_root_of
+from .skills.resolve import SkillCache, update_names
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,16 @@ class Catalog:
         self._agents = None
         self._agents_at = 0.0
         self._warned: set[str] = set()
+        self._cache = SkillCache()
+        self._dirty: set[str] = set()       # skill names a mount change touched
+        self._lock = threading.Lock()       # spawns plan in worker threads
+        self.sweeps = 0                     # full re-resolutions (tests, bench)
+        self.updates = 0                    # one-name re-resolutions
+
+    @property
+    def parses(self) -> int:
+        """SKILL.md files parsed so far (tests and the bench read it)."""
+        return self._cache.parses
 
     def _warn(self, line: str) -> None:
         """Each warning once per daemon, not once per re-resolution."""
@@ -63,25 +81,64 @@ class Catalog:
 
     # -- cached views ----------------------------------------------------------------
     def skills(self):
-        now = time.monotonic()
-        if self._skills is None or now - self._skills_at > CACHE_SECONDS:
-            self._skills = resolve_skills(self.project, self.config_dir, warn=self._warn)
-            self._skills_at = now
-        return self._skills
+        with self._lock:
+            now = time.monotonic()
+            if self._skills is None or now - self._skills_at > CACHE_SECONDS:
+                self._dirty.clear()
+                self._skills = resolve_skills(self.project, self.config_dir, warn=self._warn,
+                                              cache=self._cache)
+                self._skills_at = now
+                self.sweeps += 1
+            elif self._dirty:
+                names, self._dirty = self._dirty, set()
+                self._skills = update_names(self._skills, names, cache=self._cache, warn=self._warn)
+                self.updates += 1
+            return self._skills
 
     def agents(self) -> dict:
-        now = time.monotonic()
-        if self._agents is None or now - self._agents_at > CACHE_SECONDS:
-            self._agents = {e.name: e for e in list_agents(self.project, self.config_dir)}
-            self._agents_at = now
-        return self._agents
+        with self._lock:
+            now = time.monotonic()
+            if self._agents is None or now - self._agents_at > CACHE_SECONDS:
+                self._agents = {e.name: e for e in list_agents(self.project, self.config_dir)}
+                self._agents_at = now
+            return self._agents
 
     def changed(self) -> None:
-        self._skills = self._agents = None
+        """Forget everything (the next look resolves all skills and agents again)."""
+        with self._lock:
+            self._skills = self._agents = None
+
+    def skill_changed(self, name: str) -> None:
+        """Skill ``name`` was created, removed, renamed or its SKILL.md written."""
+        with self._lock:
+            self._dirty.add(name)
+
+    def agents_changed(self) -> None:
+        with self._lock:
+            self._agents = None
 
     # -- spawning ------------------------------------------------------------------
     def plan(self, req, *, default_provider: str, driver_models: dict[str, str], cwd: Path) -> SpawnPlan:
-        """Resolve agent, skills, model and prompt; SyscallError when a name is bad."""
+        """Resolve agent, skills, model and prompt; SyscallError when a name is bad.
+
+        Every failure is a SyscallError saying why (logged at the FUSE
+        boundary), never a bare errno: a file that leads outside its scope
+        is PERMISSION, anything else unreadable is INVALID.
+        """
+        try:
+            return self._plan(req, default_provider=default_provider, driver_models=driver_models, cwd=cwd)
+        except SyscallError:
+            raise
+        except ScopeEscape as exc:
+            raise SyscallError(Code.PERMISSION, str(exc), syscall="Spawn", device="/proc/new") from None
+        except SkillError as exc:
+            raise _invalid(str(exc)) from None
+        except AgentError as exc:
+            raise _invalid(str(exc)) from None
+        except OSError as exc:
+            raise _invalid(f"cannot read the agent or its skills: {exc.strerror or exc}") from None
+
+    def _plan(self, req, *, default_provider: str, driver_models: dict[str, str], cwd: Path) -> SpawnPlan:
         agent = None
         if req.agent and req.agent != "default":
             try:
@@ -166,15 +223,32 @@ def _encode(value) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode()
 
 
-def confined_new_dir(root: Path, name: str, catalog: Catalog) -> Path:
-    """A new skill or agent directory must stay inside its scope: a `.rnix`
-    symlink leading out of the project must not make mkdir write elsewhere."""
-    base = catalog.project if str(root).startswith(str(catalog.project or "\0")) else catalog.config_dir
-    real_base = os.path.realpath(base)
-    real = os.path.realpath(root / name)
-    if not (real == real_base or real.startswith(real_base.rstrip("/") + "/")):
-        raise OSError(13, f"{root / name} leads outside {base}")
-    return root / name
+def make_entry(scope_root: Path, path: Path) -> tuple[Path, str]:
+    """Create directory ``path`` (and its missing parents) below ``scope_root``
+    through the fd-relative walker: a `.rnix` or `skills` symlink leading out
+    of the scope makes it fail with EACCES instead of writing elsewhere.
+    Returns (scope root, path relative to it)."""
+    rel = scope_rel(scope_root, path)
+    try:
+        with Workspace(scope_root) as ws:
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                try:
+                    ws.mkdir("/".join(parts[:i]))
+                except FsError as exc:
+                    if exc.errno != 17:  # EEXIST: already there (a symlink inside is followed)
+                        raise
+            ws.mkdir(rel)
+    except FsError as exc:
+        if exc.code is Code.PERMISSION:
+            log.warning("refused to create %s: %s", path, exc.cause)
+        raise OSError(exc.errno, exc.cause) from None
+    return scope_root, rel
+
+
+def _tree_rest(rest: str, files: tuple[str, ...]) -> bool:
+    """Does a change at ``rest`` inside an entry touch what resolution reads?"""
+    return not rest or rest.split("/", 1)[0] in files
 
 
 class SkillsTree:
@@ -186,19 +260,22 @@ class SkillsTree:
     def names(self) -> list[str]:
         return list(self.catalog.skills().winners)
 
-    def locate(self, name: str) -> Path | None:
+    def locate(self, name: str) -> tuple[Path, str] | None:
+        """(scope root, path of the skill below it): the mount walks from there."""
         skill = self.catalog.skills().winners.get(name)
-        return skill.path if skill else None
+        if skill is None:
+            return None
+        root = skill.scope_root
+        return root, scope_rel(root, skill.path)
 
-    def create(self, name: str) -> Path:
+    def create(self, name: str) -> tuple[Path, str]:
         problems = check_name(name)
         if problems:
             raise OSError(22, problems[0])
-        root = write_scope(self.catalog.project, self.catalog.config_dir, "skills").path
-        path = confined_new_dir(Path(root), name, self.catalog)
-        path.mkdir(parents=True)
-        self.catalog.changed()
-        return path
+        scope = write_scope(self.catalog.project, self.catalog.config_dir, "skills")
+        out = make_entry(scope_root_of(scope.path, scope.scope), Path(scope.path) / name)
+        self.catalog.skill_changed(name)
+        return out
 
     def xattrs(self, name: str) -> dict[str, bytes]:
         d = self.catalog.skills().describe_dir(name)
@@ -212,8 +289,19 @@ class SkillsTree:
             x.startswith("skipped:") for x in d["diagnostics"]) else b"true"
         return out
 
-    def changed(self) -> None:
-        self.catalog.changed()
+    def root_xattrs(self) -> dict[str, bytes]:
+        """``user.rnix.resolver`` on skills/: how much resolving was done
+        (full sweeps, one-skill updates, SKILL.md parses), for tests and bench."""
+        c = self.catalog
+        return {"user.rnix.resolver": _encode({"sweeps": c.sweeps, "updates": c.updates,
+                                               "parses": c.parses})}
+
+    def changed(self, name: str | None = None, rest: str = "") -> None:
+        """Only the skill entry itself and its SKILL.md matter to resolution."""
+        if name is None:
+            self.catalog.changed()
+        elif _tree_rest(rest, ("SKILL.md",)):
+            self.catalog.skill_changed(name)
 
 
 class AgentsTree:
@@ -225,22 +313,27 @@ class AgentsTree:
     def names(self) -> list[str]:
         return list(self.catalog.agents())
 
-    def locate(self, name: str) -> Path | None:
-        entry = self.catalog.agents().get(name)
-        return Path(entry.path) if entry else None
+    def locate(self, name: str) -> tuple[Path, str] | None:
+        from .agents.manifest import agent_scope_root
 
-    def create(self, name: str) -> Path:
-        from .agents.manifest import check_agent_name
+        entry = self.catalog.agents().get(name)
+        if entry is None:
+            return None
+        root = agent_scope_root(entry.scope, self.catalog.project, self.catalog.config_dir)
+        return root, scope_rel(root, entry.path)
+
+    def create(self, name: str) -> tuple[Path, str]:
+        from .agents.manifest import agent_scope_root, check_agent_name
 
         try:
             check_agent_name(name)
         except AgentError as exc:
             raise OSError(22, str(exc)) from None
-        root = agent_write_scope(self.catalog.project, self.catalog.config_dir).path
-        path = confined_new_dir(Path(root), name, self.catalog)
-        path.mkdir(parents=True)
-        self.catalog.changed()
-        return path
+        scope = agent_write_scope(self.catalog.project, self.catalog.config_dir)
+        root = agent_scope_root(scope.scope, self.catalog.project, self.catalog.config_dir)
+        out = make_entry(root, Path(scope.path) / name)
+        self.catalog.agents_changed()
+        return out
 
     def xattrs(self, name: str) -> dict[str, bytes]:
         entry = self.catalog.agents().get(name)
@@ -254,5 +347,6 @@ class AgentsTree:
             "user.rnix.diagnostics": _encode([entry.error] if entry.error else []),
         }
 
-    def changed(self) -> None:
-        self.catalog.changed()
+    def changed(self, name: str | None = None, rest: str = "") -> None:
+        if name is None or _tree_rest(rest, ("agent.yaml", "instructions.md")):
+            self.catalog.agents_changed()

@@ -216,12 +216,16 @@ def test_project_symlinks_out_of_the_tree_are_refused(dirs, tmp_path):
         load_agent("leak", project, cfg)
 
 
-def test_user_scope_symlinks_are_followed(dirs, tmp_path):
+def test_user_scope_symlinks_are_followed_inside_the_config_dir(dirs, tmp_path):
     project, cfg, _, ubase = dirs
-    real = make_agent(tmp_path / "store", "mine", "name: mine\n")
+    real = make_agent(cfg / "store", "mine", "name: mine\n")
     ubase.mkdir(parents=True)
     os.symlink(real, ubase / "mine")
     assert load_agent("mine", project, cfg).name == "mine"
+    outside = make_agent(tmp_path / "store", "theirs", "name: theirs\n")
+    os.symlink(outside, ubase / "theirs")
+    with pytest.raises(AgentError, match="leaves its scope"):
+        load_agent("theirs", project, cfg)
 
 
 def test_list_agents(dirs):

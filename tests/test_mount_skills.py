@@ -187,3 +187,34 @@ def test_a_symlink_swapped_in_below_a_skill_cannot_lead_out(mnt, tmp_path):
     assert "outside secret" not in res.stdout
     assert not (outside / "planted").exists()
     assert res.returncode != 0 and mnt.daemon_alive()
+
+
+def _resolver(m) -> dict:
+    return json.loads(os.getxattr(m.p("skills"), "user.rnix.resolver"))
+
+
+def test_writes_re_resolve_only_what_they_touch(mnt, tmp_path):
+    """cp -r of a 30-file skill among 150 installed ones parses its SKILL.md,
+    not the others' (docs/skills.md, "Caching")."""
+    for i in range(150):
+        write_skill(mnt.config_dir / "skills", f"installed-{i:03d}")
+    wait_for(lambda: "installed-149" in os.listdir(mnt.p("skills")), 10, what="installed skills")
+    src = tmp_path / "src" / "copied"
+    (src / "references").mkdir(parents=True)
+    write_skill(src.parent, "copied")
+    for i in range(28):
+        (src / "references" / f"r{i}.md").write_text(f"reference {i}\n")
+    os.symlink("references/r0.md", src / "main.md")
+    before = _resolver(mnt)
+    run(mnt, f'cp -r "{src}" "$M/skills/"', check=True)
+    after = _resolver(mnt)
+    assert after["parses"] - before["parses"] <= 4 + 2 * (after["sweeps"] - before["sweeps"])
+    assert after["updates"] - before["updates"] <= 6
+    assert xattrs(mnt.p("skills/copied"))["user.rnix.valid"] == "true"
+    assert open(mnt.p("skills/copied/main.md")).read() == "reference 0\n"
+    # an edit on disk is still seen by the poll, and parses only that skill
+    (mnt.config_dir / "skills/installed-007/SKILL.md").write_text(
+        GOOD.format(name="installed-007", desc="edited on disk", tools="Read", version="7"))
+    wait_for(lambda: xattrs(mnt.p("skills/installed-007"))["user.rnix.version"] == "7", 10,
+             what="the edit on disk")
+    assert _resolver(mnt)["parses"] - after["parses"] <= 3

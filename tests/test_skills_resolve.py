@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -299,11 +300,15 @@ def test_project_root_symlink_leaving_the_project(env):
     assert "leaves the project" in res.diagnostics.skipped[0].reason
 
 
-def test_user_scope_symlinks_are_followed(env):
-    real = put(env.tmp / "store", "linked", "installed by symlink")
+def test_user_scope_symlinks_are_followed_inside_their_scope(env):
+    real = put(env.home / ".agents" / "store", "linked", "installed by symlink")
     env.roots["ua"].mkdir(parents=True)
     os.symlink(real, env.roots["ua"] / "linked")
-    assert resolve(env).skills["linked"].description == "installed by symlink"
+    outside = put(env.tmp / "store", "far", "outside the user scope")
+    os.symlink(outside, env.roots["ua"] / "far")
+    res = resolve(env)
+    assert res.skills["linked"].description == "installed by symlink"
+    assert res.winners["far"].error == "skill directory is a symlink that leaves its scope"
 
 
 def test_dangling_and_looping_symlinks_do_not_crash(env):
@@ -580,3 +585,32 @@ def test_one_skill_by_two_names_is_loaded_once(env):
     put(env.roots["pn"], "b")
     loaded, available = select_skills(None, resolve(env), ["alpha", "dir-a"])
     assert [s.name for s in loaded] == ["dir-a"] and [s.name for s in available] == ["b"]
+
+
+# --- caching ----------------------------------------------------------------------------
+
+
+def test_cache_parses_only_what_changed(env):
+    from rnixfs.skills.resolve import SkillCache, update_names
+
+    for i in range(20):
+        put(env.roots["un"], f"s{i:02d}", f"skill {i}")
+    cache = SkillCache()
+    res = resolve(env, cache=cache)
+    assert cache.parses == 20 and len(res.skills) == 20
+    res = resolve(env, cache=cache)
+    assert cache.parses == 20                       # nothing changed: nothing parsed
+    put(env.roots["un"], "s03", "edited", extra="license: MIT\n")
+    res = resolve(env, cache=cache)
+    assert cache.parses == 21 and res.skills["s03"].description == "edited"
+    # one name re-resolved: a new project copy shadows the user copy
+    put(env.roots["pn"], "s05", "project copy")
+    new = update_names(res, ["s05", "fresh"], cache=cache)
+    assert cache.parses == 22
+    assert new.skills["s05"].scope == "project" and [s.scope for s in new.shadowed["s05"]] == ["user"]
+    assert res.skills["s05"].scope == "user"        # the old resolution is left as it was
+    assert "fresh" not in new.winners
+    assert [w.skill_name for w in new.diagnostics.warnings] == ["s05"]
+    assert new.diagnostics.trust                    # a project root now exists, untrusted
+    shutil.rmtree(env.roots["un"] / "s07")
+    assert "s07" not in update_names(new, ["s07"], cache=cache).winners

@@ -6,8 +6,10 @@ priority order: ``<project>/.rnix/agents/`` then ``<config_dir>/agents/``;
 the first directory named ``<name>`` wins whole.
 
 Names are plain directory names (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``, no
-``..``); a name never escapes its base directory, and a project agent whose
-directory or files are symlinks leading out of the project is refused.
+``..``); a name never escapes its base directory, and an agent whose
+directory or files lead out of its scope root (the project, or the config
+directory) is refused: files are read by the fd-relative walk from the scope
+root (rnixfs.fileio ``read_in_scope``, docs/skills.md).
 Unknown keys in agent.yaml are kept as warnings (the seeds carry fields
 rnixfs does not use yet); wrong types are errors with one readable line.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from ..fileio import NotRegularFile, read_regular
+from ..fileio import NotRegularFile, ScopeEscape, read_in_scope
 
 AGENT_FILE = "agent.yaml"
 INSTRUCTIONS_FILE = "instructions.md"
@@ -311,15 +313,21 @@ def agent_bases(project: Path | None, config_dir: Path) -> list[tuple[Path, str]
     return bases
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+def agent_scope_root(scope: str, project: Path | None, config_dir: Path) -> Path:
+    """What an agent directory and its files may not leave (docs/skills.md):
+    the project for project agents, the config directory for user agents."""
+    if scope == "project" and project is not None:
+        return Path(os.path.abspath(project))
+    return Path(os.path.abspath(config_dir))
 
 
-def _read_capped(path: Path, cap: int, what: str, confine: str | None) -> str:
-    if confine is not None and not _within(os.path.realpath(path), confine):
-        raise AgentError(f"{what} is a symlink that leaves the project")
+def _read_capped(path: Path, cap: int, what: str, scope_root: Path, leaves: str) -> str:
+    """Read one agent file, walked fd-relative from the scope root (race-free:
+    a directory swapped for a symlink between two steps cannot lead out)."""
     try:
-        data, size = read_regular(path, cap)
+        data, size = read_in_scope(scope_root, path, cap)
+    except ScopeEscape:
+        raise AgentError(f"{what} is a symlink that leaves {leaves}") from None
     except FileNotFoundError:
         raise AgentError(f"missing {what}") from None
     except NotRegularFile:
@@ -350,15 +358,27 @@ def find_agent_dir(name: str, project: Path | None, config_dir: Path) -> tuple[P
     return found[0][0], found[0][1], [d for d, _ in found[1:]]
 
 
-def _load_dir(d: Path, scope: str, project: Path | None, config_dir: Path) -> AgentManifest:
-    confine = None
-    if scope == "project" and project is not None:
-        confine = os.path.realpath(project)
-        if not _within(os.path.realpath(d), confine):
-            raise AgentError(f'agent "{d.name}": its directory is a symlink that leaves the project')
+def _dir_leaves(scope_root: Path, d: Path) -> bool:
+    """Does directory ``d`` lead outside ``scope_root`` (checked by the walker)?"""
     try:
-        m = parse_agent_yaml(_read_capped(d / AGENT_FILE, MAX_AGENT_YAML_BYTES, AGENT_FILE, confine), d.name)
-        m.instructions = _read_capped(d / INSTRUCTIONS_FILE, MAX_INSTRUCTIONS_BYTES, INSTRUCTIONS_FILE, confine)
+        read_in_scope(scope_root, d, 0)
+    except ScopeEscape:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+def _load_dir(d: Path, scope: str, project: Path | None, config_dir: Path) -> AgentManifest:
+    root = agent_scope_root(scope, project, config_dir)
+    leaves = "the project" if scope == "project" and project is not None else f"its scope ({root})"
+    if _dir_leaves(root, d):
+        raise AgentError(f'agent "{d.name}": its directory is a symlink that leaves {leaves}')
+    try:
+        m = parse_agent_yaml(_read_capped(d / AGENT_FILE, MAX_AGENT_YAML_BYTES, AGENT_FILE, root, leaves),
+                             d.name)
+        m.instructions = _read_capped(d / INSTRUCTIONS_FILE, MAX_INSTRUCTIONS_BYTES, INSTRUCTIONS_FILE,
+                                      root, leaves)
     except AgentError as exc:
         raise AgentError(f'agent "{d.name}" ({d}): {exc}') from None
     m.path, m.scope = d, scope

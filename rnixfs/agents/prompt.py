@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..fileio import read_regular
+from ..fileio import NotRegularFile, ScopeEscape, read_in_scope
 from ..skills.model import Skill, SkillNotFound
 from ..skills.tools import union_tools
 from .manifest import AgentManifest
@@ -47,22 +47,37 @@ def project_doc(cwd: Path, project_root: Path, budget: int = PROJECT_DOC_BUDGET)
     """The nearest AGENTS.md from ``cwd`` up to ``project_root`` (inclusive).
 
     Never looks above the project root, nor outside it (a ``cwd`` outside the
-    project, or an AGENTS.md symlink leading out, gives None). Only the name
-    ``AGENTS.md`` counts. Text above ``budget`` bytes is cut on a UTF-8
+    project, or an AGENTS.md symlink leading out, gives None). Each candidate
+    is read with the fd-relative walk from the project root (rnixfs.fileio
+    ``read_in_scope``), so a directory swapped for a symlink between the
+    check and the read cannot put an outside file into a prompt. Only the
+    name ``AGENTS.md`` counts. Text above ``budget`` bytes is cut on a UTF-8
     boundary and ends with ``[truncated: AGENTS.md exceeded <budget> bytes]``.
     Unreadable files degrade to None (the spawn goes on without).
     """
-    root = os.path.realpath(project_root)
-    d = os.path.realpath(cwd)
+    root = os.path.abspath(project_root)
+    d = os.path.abspath(cwd)
     if not _within(d, root):
-        return None
+        try:  # a cwd spelled through a symlink; realpath may race (EINVAL): give up then
+            root, d = os.path.realpath(project_root), os.path.realpath(cwd)
+        except OSError:
+            return None
+        if not _within(d, root):
+            return None
     while True:
         candidate = os.path.join(d, AGENTS_MD)
-        if os.path.isfile(candidate):
-            if not _within(os.path.realpath(candidate), root):
-                log.warning("[project_doc] %s leaves the project; ignored", candidate)
-                return None
-            return _read_doc(candidate, budget)
+        try:
+            data, _ = read_in_scope(root, candidate, budget, head=True)  # over budget: cut below
+        except ScopeEscape:
+            log.warning("[project_doc] %s leaves the project; ignored", candidate)
+            return None
+        except (FileNotFoundError, NotRegularFile):
+            data = None
+        except OSError as exc:
+            log.warning("[project_doc] %s unreadable (%s); ignored", candidate, exc.strerror or exc)
+            return None
+        if data is not None:
+            return _decode_doc(candidate, data, budget)
         if d == root:
             return None
         parent = os.path.dirname(d)
@@ -71,11 +86,7 @@ def project_doc(cwd: Path, project_root: Path, budget: int = PROJECT_DOC_BUDGET)
         d = parent
 
 
-def _read_doc(path: str, budget: int) -> str | None:
-    try:
-        data, _ = read_regular(path, budget, head=True)  # over budget: truncated below
-    except OSError:
-        return None
+def _decode_doc(path: str, data: bytes, budget: int) -> str:
     if len(data) <= budget:
         return data.decode("utf-8", errors="replace")
     cut = data[:budget]

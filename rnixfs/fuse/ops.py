@@ -620,6 +620,8 @@ class Operations(pyfuse3.Operations):
     mknod = link = _refuse
 
     async def symlink(self, parent_inode, name, target, ctx):
+        if self.pt.owns(parent_inode):
+            return self.pt.symlink(parent_inode, name, target)
         if self.wsfs is None or not self.wsfs.owns(parent_inode):
             raise pyfuse3.FUSEError(errno.EACCES)
         return self.wsfs.symlink(parent_inode, name, target)

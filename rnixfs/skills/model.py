@@ -5,10 +5,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fileio import NotRegularFile, read_regular
+from ..fileio import NotRegularFile, ScopeEscape, read_below, read_in_scope
 from .parse import (
-    SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, check_synergy, lenient_check,
-    name_key, parse_skill_md, read_skill_md,
+    MAX_SKILL_MD_BYTES, SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, check_synergy,
+    decode_skill_md, lenient_check, name_key, parse_skill_md,
 )
 from .tools import normalize_tools, split_tools
 
@@ -44,6 +44,43 @@ def _text(value) -> str | None:
 
 def is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def scope_root_of(root: Path, scope: str) -> Path:
+    """The directory nothing of a skill root may leave (docs/skills.md):
+    the project for ``<project>/.rnix/skills`` and ``<project>/.agents/skills``,
+    the parent for a user root (``<config_dir>/skills`` -> ``<config_dir>``,
+    ``~/.agents/skills`` -> ``~/.agents``)."""
+    root = Path(os.path.abspath(root))
+    return root.parent.parent if scope == "project" else root.parent
+
+
+def read_skill_md_in(scope_root: Path, skill_md: Path, cap: int = MAX_SKILL_MD_BYTES) -> str:
+    """SKILL.md text, walked fd-relative from the scope root (race-free: a
+    directory swapped for a symlink cannot make it read a file outside).
+    Raises SkillParseError with a readable reason."""
+    try:
+        data, size = read_in_scope(scope_root, skill_md, cap)
+    except ScopeEscape:
+        leaves = "the project" if skill_md.parent.parent.parent.parent == scope_root else "its scope"
+        try:  # say which part leads out: the directory or the file
+            read_in_scope(scope_root, skill_md.parent, 0)
+        except ScopeEscape:
+            raise SkillParseError(f"skill directory is a symlink that leaves {leaves}") from None
+        except OSError:
+            pass
+        raise SkillParseError(f"SKILL.md is a symlink that leaves {leaves}") from None
+    except FileNotFoundError:
+        raise SkillParseError("missing SKILL.md") from None
+    except NotRegularFile:
+        raise SkillParseError("SKILL.md is not a regular file") from None
+    except OSError as exc:
+        raise SkillParseError(f"cannot read SKILL.md: {exc.strerror or exc}") from None
+    if size > cap:
+        raise SkillParseError(f"SKILL.md is {size} bytes; the cap is {cap}")
+    if len(data) > cap:
+        raise SkillParseError(f"SKILL.md is more than {cap} bytes")
+    return decode_skill_md(data)
 
 
 @dataclass(eq=False)
@@ -102,21 +139,18 @@ class Skill:
 
     # --- loading -----------------------------------------------------------------
 
-    def _checked_md(self) -> Path:
-        """SKILL.md path after the confinement check (project scope)."""
-        if self.confine is not None:
-            real_dir = os.path.realpath(self.path)
-            if not is_within(real_dir, self.confine):
-                raise SkillParseError("skill directory is a symlink that leaves the project")
-            real_md = os.path.realpath(self.skill_md)
-            if not is_within(real_md, self.confine):
-                raise SkillParseError("SKILL.md is a symlink that leaves the project")
-        return self.skill_md
+    @property
+    def scope_root(self) -> Path:
+        return scope_root_of(self.root, self.scope)
+
+    def _read_md(self) -> str:
+        """SKILL.md, read confined to the scope root (docs/skills.md)."""
+        return read_skill_md_in(self.scope_root, self.skill_md)
 
     def load_metadata(self) -> Skill:
         """Parse the frontmatter (lenient tiers); sets ``error``/``lenient``."""
         try:
-            fm, _ = parse_skill_md(read_skill_md(self._checked_md()))
+            fm, _ = parse_skill_md(self._read_md())
             self.lenient = lenient_check(fm, self.name, str(self.path))
         except (SkillParseError, LenientSkip) as exc:
             self.error = getattr(exc, "reason", None) or str(exc)
@@ -142,7 +176,7 @@ class Skill:
             if self.error is not None:
                 raise SkillInvalid(f'skill "{self.name}" is not loaded: {self.error}')
             try:
-                _, body = parse_skill_md(read_skill_md(self._checked_md()))
+                _, body = parse_skill_md(self._read_md())
             except SkillParseError as exc:
                 raise SkillInvalid(f'skill "{self.name}" is not loaded: {exc}') from None
             self._body = body
@@ -206,18 +240,14 @@ class Skill:
         """Bytes of one file inside the skill directory (never outside it)."""
         if not rel or "\x00" in rel or os.path.isabs(rel) or ".." in Path(rel).parts:
             raise SkillError(f"bad resource path {rel!r}")
-        base = os.path.realpath(self.path)
-        if self.confine is not None and not is_within(base, self.confine):
-            raise SkillError(f'skill "{self.name}" leaves its project')
-        real = os.path.realpath(os.path.join(base, rel))
-        if not is_within(real, base) or real == base:
-            raise SkillError(f"resource {rel!r} leaves the skill directory")
-        try:
-            data, size = read_regular(real, limit)
+        try:  # walked fd-relative: the skill from its scope root, the file from the skill
+            data, size = read_below(self.scope_root, self.path, rel, limit)
+        except ScopeEscape:
+            raise SkillError(f"resource {rel!r} leaves the skill directory") from None
         except NotRegularFile:
             raise SkillError(f"resource {rel!r} is not a regular file") from None
         except OSError as exc:
-            raise SkillError(f"resource {rel!r}: {exc.strerror}") from None
+            raise SkillError(f"resource {rel!r}: {exc.strerror or exc}") from None
         if size > limit:
             raise SkillError(f"resource {rel!r} is {size} bytes; the cap is {limit}")
         if len(data) > limit:

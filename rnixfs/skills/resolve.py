@@ -25,8 +25,8 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .model import Skill, SkillInvalid, SkillNotFound, is_within
@@ -354,6 +354,48 @@ def _ancestor_roots(project: Path, home: Path, walker: _Walker, depth: int,
     return out
 
 
+def _signature(path: Path) -> tuple:
+    """What stat says of a skill directory and its SKILL.md: when none of it
+    changed, the parse of last time still holds (docs/skills.md, caching)."""
+    out = []
+    for p, follow in ((path, False), (path, True), (path / "SKILL.md", False), (path / "SKILL.md", True)):
+        try:
+            st = os.stat(p, follow_symlinks=follow)
+            out.append((st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        except OSError as exc:
+            out.append(exc.errno)
+    return tuple(out)
+
+
+class SkillCache:
+    """Parsed copies of skills, kept while their files do not change, so a
+    re-resolution parses only the SKILL.md files that did. ``parses`` counts
+    the SKILL.md parses done (tests and the bench read it)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple[tuple, Skill]] = {}
+        self.parses = 0
+
+    def load(self, skill: Skill) -> Skill:
+        key = (str(skill.path), skill.scope, skill.namespace, str(skill.root), skill.source)
+        sig = _signature(skill.path)
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+        self.parses += 1
+        skill.load_metadata()
+        self._entries[key] = (sig, skill)
+        if len(self._entries) > 4 * MAX_SKILLS_PER_ROOT:   # stale copies of renamed skills
+            self._entries.pop(next(iter(self._entries)))
+        return skill
+
+
+def _project_root_ok(root: ScopePath) -> str | None:
+    """The realpath a project root must stay inside, or None if it leaves it."""
+    confine = os.path.realpath(root.path.parent.parent)
+    return confine if is_within(os.path.realpath(root.path), confine) else None
+
+
 def resolve_skills(
     project: Path | None,
     config_dir: Path,
@@ -365,6 +407,7 @@ def resolve_skills(
     max_depth: int = MAX_ANCESTOR_DEPTH,
     max_dirs: int = MAX_DIRS,
     skip_dirs: tuple[str, ...] = SKIP_DIRS,
+    cache: SkillCache | None = None,
 ) -> Resolution:
     """Scan the skill roots and resolve every skill name to its winning copy.
 
@@ -372,6 +415,8 @@ def resolve_skills(
     truncation) in the seeds' format; diagnostics are recorded either way.
     ``scope`` ("project" or "user") restricts the roots before shadowing
     (``skill list -p/-g``). Only metadata is read; bodies load on demand.
+    ``cache`` keeps parses between calls (only changed SKILL.md files are
+    parsed again).
     """
     if scope not in (None, PROJECT, USER):
         raise ValueError("scope must be None, 'project' or 'user'")
@@ -399,8 +444,8 @@ def resolve_skills(
             continue
         confine = None
         if root.scope == PROJECT:
-            confine = os.path.realpath(root.path.parent.parent)
-            if not is_within(os.path.realpath(root.path), confine):
+            confine = _project_root_ok(root)
+            if confine is None:
                 diag.skipped.append(SkipEntry(str(root.path), "skill root is a symlink that leaves the project"))
                 continue
         for name in _skill_dir_names(root.path, diag):
@@ -410,11 +455,25 @@ def resolve_skills(
             if win is None:
                 if root.scope == USER and root.namespace == NATIVE and name in builtin_dirs:
                     skill.source = "builtin"
-                winners[name] = skill.load_metadata()
+                winners[name] = cache.load(skill) if cache is not None else skill.load_metadata()
             else:
                 shadowed.setdefault(name, []).append(skill)
                 diag.warnings.append(ShadowWarning(name, str(win.path), win.scope, win.namespace,
                                                    str(skill.path), skill.scope, skill.namespace))
+    all_paths = (canonical[:2] + [r for r in roots if r.ancestor] + canonical[2:]
+                 if project is not None else canonical)
+    if scope is not None:
+        all_paths = [p for p in all_paths if p.scope == scope]
+    return _finish(Path(os.path.abspath(project)) if project is not None else None,
+                   Path(os.path.abspath(config_dir)), all_paths, roots, winners, shadowed, diag,
+                   walker.truncated, warn)
+
+
+def _finish(project: Path | None, config_dir: Path, paths: list[ScopePath], roots: list[ScopePath],
+            winners: dict[str, Skill], shadowed: dict[str, list[Skill]], diag: Diagnostics,
+            truncated: bool, warn: Callable[[str], None] | None) -> Resolution:
+    """Diagnostics and indexes from the winners, then the Resolution: the
+    one ending of a full resolution and of a one-name update (update_names)."""
     by_name = _index_by_name(winners, roots, diag)
     for name in sorted(winners):
         s = winners[name]
@@ -423,16 +482,11 @@ def resolve_skills(
         diag.lenient.extend(s.lenient)
     diag.trust = check_trust([r for r in roots if r.exists])
     if warn:
-        for line in list(notes) + diag.lines():
+        for line in list(diag.notes) + diag.lines():
             warn(line)
-    all_paths = (canonical[:2] + [r for r in roots if r.ancestor] + canonical[2:]
-                 if project is not None else canonical)
-    if scope is not None:
-        all_paths = [p for p in all_paths if p.scope == scope]
-    return Resolution(project=Path(os.path.abspath(project)) if project is not None else None,
-                      config_dir=Path(os.path.abspath(config_dir)), paths=all_paths,
+    return Resolution(project=project, config_dir=config_dir, paths=paths,
                       winners=dict(sorted(winners.items())), shadowed=shadowed,
-                      diagnostics=diag, truncated=walker.truncated, by_name=by_name)
+                      diagnostics=diag, truncated=truncated, by_name=by_name)
 
 
 def _index_by_name(winners: dict[str, Skill], roots: list[ScopePath],
@@ -454,6 +508,64 @@ def _index_by_name(winners: dict[str, Skill], roots: list[ScopePath],
         diag.warnings.append(ShadowWarning(key, str(win.path), win.scope, win.namespace,
                                            str(s.path), s.scope, s.namespace))
     return dict(sorted(out.items()))
+
+
+def update_names(res: Resolution, names: Iterable[str], *, cache: SkillCache | None = None,
+                 warn: Callable[[str], None] | None = None) -> Resolution:
+    """``res`` with only ``names`` resolved again (a new Resolution; ``res``
+    is left as it was for whoever still reads it).
+
+    For a change made through the mount: a skill created, removed or
+    renamed, or its SKILL.md written. Looks at ``<root>/<name>`` in each
+    root and parses the winner's SKILL.md (through ``cache``); every other
+    skill keeps its earlier parse. Shadowing, skip, lenient and trust
+    diagnostics are rebuilt from the result.
+    """
+    from .builtins import builtin_skill_dirs
+
+    roots = [replace(p, status=path_status(p.path)) for p in res.paths]
+    winners = dict(res.winners)
+    shadowed = {n: list(v) for n, v in res.shadowed.items()}
+    builtin_dirs = None
+    for name in set(names):
+        winners.pop(name, None)
+        shadowed.pop(name, None)
+        if not name or name.startswith(".") or "/" in name:
+            continue
+        found: list[Skill] = []
+        for root in roots:
+            if not root.exists:
+                continue
+            confine = None
+            if root.scope == PROJECT:
+                confine = _project_root_ok(root)
+                if confine is None:
+                    continue
+            if not os.path.isdir(root.path / name):
+                continue
+            found.append(Skill(name=name, path=root.path / name, scope=root.scope,
+                               namespace=root.namespace, root=root.path, confine=confine))
+        if not found:
+            continue
+        win = found[0]
+        if win.scope == USER and win.namespace == NATIVE:
+            if builtin_dirs is None:
+                builtin_dirs = builtin_skill_dirs(res.config_dir)
+            if name in builtin_dirs:
+                win.source = "builtin"
+        winners[name] = cache.load(win) if cache is not None else win.load_metadata()
+        if found[1:]:
+            shadowed[name] = found[1:]
+    root_paths = {str(r.path) for r in roots}
+    diag = Diagnostics(notes=list(res.diagnostics.notes))
+    diag.skipped = [e for e in res.diagnostics.skipped if e.path in root_paths]
+    for name in sorted(winners):
+        s = winners[name]
+        for other in shadowed.get(name, []):
+            diag.warnings.append(ShadowWarning(name, str(s.path), s.scope, s.namespace,
+                                               str(other.path), other.scope, other.namespace))
+    return _finish(res.project, res.config_dir, roots, [r for r in roots if r.exists], winners,
+                   shadowed, diag, res.truncated, warn)
 
 
 def _skill_dir_names(root: Path, diag: Diagnostics) -> list[str]:
