@@ -22,6 +22,7 @@ from .config import load_providers
 from .devices import sandbox, shell
 from .limits import load_limits
 from .devices.fs import Workspace
+from .fileio import confined_dir
 from .devices.llm.redact import install_log_filter, remove_log_filter
 from .devices.llm.registry import ProviderRegistry
 from .devices.mcp.device import McpDevices
@@ -114,7 +115,7 @@ class Daemon:
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
                 mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
-                                          env=child_env, skills=catalog.skills, open_root=Workspace,
+                                          env=child_env, skills=catalog.skills, open_root=confined_dir,
                                           mcp=mcp)
                 shell_env = {**child_env, "RNIX_MOUNT": str(cfg.mountpoint)}
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rnixfs.devices.fs import Workspace
+from rnixfs.fileio import confined_dir
 from rnixfs.kernel.grants import (
     Grants, Unparsed, check_bash_protected, intersect, path_matches, protected, split_commands,
 )
@@ -131,7 +132,7 @@ def run(tmp_path, url, body, config=None, **plan_fields):
 
     def setup(kernel):
         kernel.tools = Tools(kernel, Workspace(project), None,
-                             skills=lambda: resolve_skills(project, config), open_root=Workspace)
+                             skills=lambda: resolve_skills(project, config), open_root=confined_dir)
 
     return run_with_kernel(tmp_path, lambda: registry(PROVIDERS.format(url=url), tmp_path), body,
                            planner=plan, setup=setup)

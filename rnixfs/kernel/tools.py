@@ -137,7 +137,9 @@ class Tools:
         self.mount = mount
         self.env = dict(os.environ if env is None else env)  # without provider keys
         self.skills = skills  # () -> skills Resolution (cached by the catalog), or None
-        self._open_root = open_root  # Path -> a confined workspace (devices.fs.Workspace)
+        # (scope root, skill dir) -> a read-only confined view of the skill
+        # (rnixfs.fileio.confined_dir: reached by the fd-relative walk)
+        self._open_root = open_root
         self.mcp = mcp
 
     async def call(self, proc: Process, name: str, args) -> str:
@@ -268,13 +270,15 @@ class Tools:
         return None
 
     def _skill_root(self, skill):
-        """A confined, read-only view of one skill directory."""
-        if skill.confine is not None and not G_within(os.path.realpath(skill.path), skill.confine):
-            raise SyscallError(Code.PERMISSION, f'skill "{skill.name}" leaves its project', syscall="Open")
+        """A confined, read-only view of one skill directory, reached from
+        its scope root by the race-free walk (docs/skills.md)."""
         if self._open_root is None:
-            from ..devices.fs import Workspace  # the same fd-relative, confined walker
-            return Workspace(skill.path)
-        return self._open_root(skill.path)
+            raise SyscallError(Code.INTERNAL, "skill files are not served here", syscall="Open")
+        try:
+            return self._open_root(skill.scope_root, skill.path)
+        except PermissionError:
+            raise SyscallError(Code.PERMISSION, f'skill "{skill.name}" leaves its scope',
+                               syscall="Open") from None
 
     async def _target(self, proc: Process, raw: str, tool: str):
         """(workspace, rel, device root, owned) for a path argument; an owned
@@ -588,10 +592,6 @@ class Tools:
         if added:
             proc.allowed_tools = new
         return added, ((left, "beyond the parent's grants") if left else None)
-
-
-def G_within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 async def _search(fn, *args):
