@@ -117,7 +117,9 @@ def _run_foreground(cfg, log_level: str, ready_fd: int | None) -> None:
     try:
         trio.run(Daemon(cfg).run, on_ready)
     except Exception as exc:
-        msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        from .statelock import StateDirBusy
+
+        msg = (str(exc) if isinstance(exc, StateDirBusy) else f"{type(exc).__name__}: {exc}").splitlines()[0]
         if ready_fd is not None:
             try:
                 os.write(ready_fd, f"error: {msg}\n".encode())
@@ -125,7 +127,10 @@ def _run_foreground(cfg, log_level: str, ready_fd: int | None) -> None:
                 pass
         import logging
 
-        logging.getLogger("rnixfs").exception("daemon failed")
+        if isinstance(exc, StateDirBusy):  # expected: a reason, not a traceback
+            logging.getLogger("rnixfs").error("mount refused: %s", msg)
+        else:
+            logging.getLogger("rnixfs").exception("daemon failed")
         fail(msg)
 
 

@@ -26,6 +26,7 @@ from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
 from .kernel.tools import Tools
+from .statelock import StateLock
 from .store import Store, run_all
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,15 @@ class Daemon:
     async def run(self, on_ready=lambda: None) -> None:
         cfg = self.cfg
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        lock = StateLock(cfg.state_dir)
+        lock.acquire(mountpoint=cfg.mountpoint)  # before the store is touched
+        try:
+            await self._run_locked(on_ready)
+        finally:
+            lock.release()
+
+    async def _run_locked(self, on_ready) -> None:
+        cfg = self.cfg
         providers_cfg = load_providers(cfg.config_dir)
         store = self.store = Store(cfg.state_dir / "rnixfs.db")
         recovered = await trio.to_thread.run_sync(store.recover, self.id)
