@@ -6,6 +6,7 @@ import json
 import os
 import select
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -223,7 +224,9 @@ def _format_status(info: dict) -> str:
         f"project:   {info['project']}",
         f"state:     {info['state_dir']}",
         f"processes: {counts}",
-        *([f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
+        *([f"store:     DEGRADED, read-only (spawns refused; remount to retry): {info['store_degraded']}"]
+          if info.get("store_degraded") else
+          [f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
         "providers:",
     ]
     providers = info.get("providers", {})
@@ -273,7 +276,10 @@ def _reader(state_dir: Path | None):
     path = (state_dir or default_state_dir()) / "rnixfs.db"
     if not path.exists():
         fail(f"no state store at {path}")
-    return StoreReader(path)
+    try:
+        return StoreReader(path)
+    except sqlite3.Error as exc:
+        fail(f"state store {path}: {exc}")
 
 
 STATE_DIR_OPTION = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -289,8 +295,12 @@ def ps(show_all, as_json, state_dir):
     reader = _reader(state_dir)
     try:
         rows = reader.processes(include_dead=show_all)
+    except sqlite3.Error as exc:
+        fail(f"state store {reader.path}: {exc}")
     finally:
         reader.close()
+    for problem in reader.skipped:
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         for r in rows:
             click.echo(json.dumps(r))
@@ -320,9 +330,15 @@ def show(pid, trace, as_json, state_dir):
         if rec is None:
             fail(f"no process {pid} in the store")
         lines = reader.trace(pid) if trace else []
-        events = [json.loads(e) for e in reader.events(pid)] if as_json else []
+        events = reader.event_dicts(pid) if as_json else []
+    except ValueError as exc:
+        fail(str(exc))
+    except sqlite3.Error as exc:
+        fail(f"state store {reader.path}: {exc}")
     finally:
         reader.close()
+    for problem in reader.skipped:
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         rec["events"] = events
         click.echo(json.dumps(rec, indent=2))

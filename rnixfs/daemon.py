@@ -69,6 +69,7 @@ class Daemon:
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
+            "store_degraded": self.store.degraded if self.store else None,
         }
 
     async def run(self, on_ready=lambda: None) -> None:

@@ -148,6 +148,7 @@ class Kernel:
             plan.allowed_tools = sorted(set(mine) & set(parent.allowed_tools)) or [NO_TOOLS]
         if self._nursery is None:
             raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
+        self.store.check_writable()  # a degraded store refuses spawns (ENOSPC/EROFS)
         pid = await self._next_pid()
         proc = Process(
             pid=pid, intent=req.intent, ppid=ppid, agent=plan.agent, skills=list(plan.skills),
