@@ -83,6 +83,10 @@ def mount(mountpoint, project, foreground, state_dir, config_dir, linger, allow_
         fail(f"{mountpoint}: not a directory")
     if is_mounted(mountpoint):
         fail(f"{mountpoint}: already mounted (rnixfs umount {mountpoint} first)")
+    real_mp, real_project = Path(os.path.realpath(mountpoint)), project.resolve()
+    if real_mp == real_project or real_mp in real_project.parents:
+        fail(f"{mountpoint}: the mount would hide the project {real_project}; mount elsewhere"
+             " (a mount point inside the project is fine)")
     cfg = DaemonConfig(
         mountpoint=mountpoint,
         project=project.resolve(),

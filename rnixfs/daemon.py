@@ -103,7 +103,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.kernel.run)
-                workspace = Workspace(cfg.project)
+                workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
                                           env=child_env)
@@ -138,6 +138,16 @@ class Daemon:
             store.put_audit(self.id, "umount", {"mountpoint": str(cfg.mountpoint)})
             await trio.to_thread.run_sync(store.stop)
         log.info("stopped")
+
+
+def _inside(mountpoint: Path, project: Path) -> tuple[str, ...]:
+    """The mount point relative to the project when it lies inside it: dev/fs
+    and the agents' tools must never stat it (that waits on this daemon)."""
+    mp, root = os.path.realpath(mountpoint), os.path.realpath(project)
+    rel = os.path.relpath(mp, root)
+    if rel == "." or rel == ".." or rel.startswith("../"):
+        return ()
+    return (rel,)
 
 
 async def _on_signals(signalled: list[int], ops: Operations) -> None:

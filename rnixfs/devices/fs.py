@@ -197,8 +197,12 @@ class Workspace:
     fds.
     """
 
-    def __init__(self, root: Path | str):
+    def __init__(self, root: Path | str, *, hidden: tuple[str, ...] = ()):
         self.root = Path(root)
+        # Canonical paths never served, not even stat'ed: the daemon's own
+        # mount point when it lies inside the workspace (a stat of it would
+        # wait on the daemon itself). See docs/devices.md.
+        self._hidden = frozenset(tuple(c for c in h.split("/") if c) for h in hidden if h.strip("/"))
         self._roots = {os.path.abspath(self.root).rstrip("/") or "/",
                        os.path.realpath(self.root).rstrip("/") or "/"}
         try:
@@ -316,6 +320,8 @@ class Workspace:
                     continue
                 last = not todo
                 here = cur()
+                if self._hidden and tuple(names + [c]) in self._hidden:
+                    raise _err(Code.NOT_FOUND, p.text, "no such file or directory", syscall, _errno.ENOENT)
                 if last and not (p.must_dir and follow):
                     # the final entry: lstat it, follow a symlink only when asked
                     try:
@@ -466,21 +472,27 @@ class Workspace:
 
     def listdir(self, rel="") -> list[str]:
         """Sorted entry names of directory ``rel`` (without ``.`` and ``..``)."""
-        fd, _ = self._opendir(rel, "Readdir")
+        fd, parts = self._opendir(rel, "Readdir")
         try:
-            return sorted(os.listdir(fd))
+            return [n for n in sorted(os.listdir(fd)) if not self.is_hidden(parts, n)]
         finally:
             os.close(fd)
+
+    def is_hidden(self, parts: list[str], name: str) -> bool:
+        """Whether entry ``name`` of canonical directory ``parts`` is never served."""
+        return bool(self._hidden) and tuple(parts) + (name,) in self._hidden
 
     def entries(self, rel="") -> list[tuple[str, os.stat_result]]:
         """``listdir`` with each entry's lstat (for readdir with attributes).
 
         Entries that vanish between the listing and their lstat are left out.
         """
-        fd, _ = self._opendir(rel, "Readdir")
+        fd, parts = self._opendir(rel, "Readdir")
         try:
             out = []
             for name in sorted(os.listdir(fd)):
+                if self.is_hidden(parts, name):
+                    continue
                 try:
                     out.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
                 except FileNotFoundError:
@@ -840,6 +852,8 @@ class Workspace:
                     out.truncated = True
                     return
                 if per_level is not None and not per_level[depth].match(name):
+                    continue
+                if self.is_hidden(base + parts, name):
                     continue
                 try:
                     st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
