@@ -600,6 +600,44 @@ class Workspace:
             except OSError as exc:
                 raise _oserror(exc, rel, "Symlink") from None
 
+    def link(self, src, dst) -> None:
+        """Hard link ``dst`` to the entry ``src`` (a final symlink is linked
+        itself, as link(2) on Linux). Both names are inside, so the link is."""
+        with self._mutable(src, "Link") as a, self._walk(dst, "Link", follow=False) as b:
+            if a.st is None:
+                raise _err(Code.NOT_FOUND, src, "no such file or directory", "Link", _errno.ENOENT)
+            if _stat.S_ISDIR(a.st.st_mode):
+                raise _err(Code.PERMISSION, src, "hard links to directories are not allowed", "Link",
+                           _errno.EPERM)
+            if b.is_root or b.dotted or b.st is not None:
+                raise _err(Code.INVALID, dst, "file exists", "Link", _errno.EEXIST)
+            if a.must_dir or b.must_dir:
+                raise _err(Code.NOT_FOUND, f"{src} -> {dst}", "not a directory", "Link", _errno.ENOTDIR)
+            try:
+                os.link(a.name, b.name, src_dir_fd=a.dirfd, dst_dir_fd=b.dirfd, follow_symlinks=False)
+            except OSError as exc:
+                raise _oserror(exc, f"{src} -> {dst}", "Link") from None
+
+    def mknod(self, rel, mode: int) -> None:
+        """Create a FIFO, a socket node or an empty regular file at ``rel``.
+
+        Device nodes are PERMISSION (EPERM) whoever asks: the daemon may run
+        as root, and a device node in the workspace would hand its access on.
+        """
+        kind = _stat.S_IFMT(mode) or _stat.S_IFREG
+        if kind not in (_stat.S_IFIFO, _stat.S_IFSOCK, _stat.S_IFREG):
+            raise _err(Code.PERMISSION, str(rel), "only FIFOs, sockets and regular files can be made",
+                       "Mknod", _errno.EPERM)
+        with self._walk(rel, "Mknod", follow=False) as ref:
+            if ref.is_root or ref.dotted or ref.st is not None:
+                raise _err(Code.INVALID, rel, "file exists", "Mknod", _errno.EEXIST)
+            if ref.must_dir:
+                raise _err(Code.NOT_FOUND, rel, "not a directory", "Mknod", _errno.ENOENT)
+            try:
+                os.mknod(ref.name, kind | _stat.S_IMODE(mode), dir_fd=ref.dirfd)
+            except OSError as exc:
+                raise _oserror(exc, rel, "Mknod") from None
+
     def chmod(self, rel, mode: int) -> None:
         """chmod of ``rel`` (symlinks inside followed; a link itself has no mode)."""
         for _ in range(_MAX_RETRIES):

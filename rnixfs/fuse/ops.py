@@ -372,7 +372,9 @@ class Operations(pyfuse3.Operations):
         if (real := self._real(inode)) is not None:
             h = Handle("real")
             h.fd, h.ino = real.open(inode, flags), inode
-            return self._new_handle(h, direct_io=False, keep_cache=True)
+            # a hard-linked file may have changed through another name: no stale pages
+            shared = real is self.wsfs and os.fstat(h.fd).st_nlink > 1
+            return self._new_handle(h, direct_io=False, keep_cache=not shared)
         if inode == I.DEV_SHELL and self.shell_session is not None:
             h = _opened(Handle("shell", caller=ctx.pid), ctx)
             h.conv = self.shell_session()
@@ -594,12 +596,32 @@ class Operations(pyfuse3.Operations):
     async def _refuse(self, *args, **kwargs):
         raise pyfuse3.FUSEError(errno.EACCES)
 
-    mknod = link = _refuse
-
     async def symlink(self, parent_inode, name, target, ctx):
         if self.wsfs is None or not self.wsfs.owns(parent_inode):
             raise pyfuse3.FUSEError(errno.EACCES)
         return self.wsfs.symlink(parent_inode, name, target)
+
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        if self.wsfs is None or not self.wsfs.owns(new_parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        if not self.wsfs.owns(inode):
+            raise pyfuse3.FUSEError(errno.EXDEV)
+        entry = self.wsfs.link(inode, new_parent_inode, new_name)
+        # the old name's cached attributes (nlink, and soon size) are now stale;
+        # told after this reply, outside the request that holds the inode
+        self.nursery.start_soon(self._invalidate_attr, inode)
+        return entry
+
+    async def _invalidate_attr(self, inode: int) -> None:
+        try:
+            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
+        except OSError:  # forgotten meanwhile: nothing to refresh
+            pass
+
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        return self.wsfs.mknod(parent_inode, name, mode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         if (real := self._real(parent_inode)) is None:

@@ -2,8 +2,11 @@
 
 Every operation goes to ``rnixfs.devices.fs.Workspace`` by relative path, so
 `..`, absolute paths and symlinks leading outside are refused there, on the
-resolved path, at the moment of the call. Symlinks are shown only when they
-lead inside, and then as relative links, so the kernel never follows one out.
+resolved path, at the moment of the call: the daemon never follows a link
+out. Symlinks are stored and shown with their text as given (a venv's
+``bin/python -> /usr/bin/python3``); when a client follows one, its own
+kernel resolves the text in the client's namespace with the client's own
+permissions, as on any filesystem (docs/devices.md).
 """
 from __future__ import annotations
 
@@ -49,26 +52,20 @@ class WorkspaceFS:
         return posixpath.join(rel, text) if rel else text
 
     def _from_stat(self, inode: int, st: os.stat_result) -> pyfuse3.EntryAttributes:
-        a = self._attr(inode, st.st_mode, size=st.st_size, timeout=TIMEOUT, ns=st.st_mtime_ns)
+        # A hard-linked file has one number per name here: never cache its
+        # attributes, or a write through one name leaves the other's size stale.
+        shared = st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode)
+        a = self._attr(inode, st.st_mode, size=st.st_size, timeout=0.0 if shared else TIMEOUT,
+                       ns=st.st_mtime_ns)
         a.st_nlink, a.st_uid, a.st_gid = st.st_nlink, st.st_uid, st.st_gid
         a.st_atime_ns, a.st_ctime_ns = st.st_atime_ns, st.st_ctime_ns
         return a
 
-    def _inside(self, rel: str) -> str | None:
-        """Where a link leads, or None when outside, dangling or looping."""
-        try:
-            return self.ws.link_target(rel)
-        except FsError:
-            return None
-
     def _lstat(self, rel: str) -> os.stat_result:
         try:
-            st = self.ws.lstat(rel)
+            return self.ws.lstat(rel)
         except FsError as exc:
             raise _fuse(exc) from None
-        if stat.S_ISLNK(st.st_mode) and self._inside(rel) is None:
-            raise pyfuse3.FUSEError(errno.EACCES)  # leads outside (or nowhere): not shown
-        return st
 
     def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
         return self._from_stat(inode, self._lstat(self.rel(inode)))
@@ -93,20 +90,16 @@ class WorkspaceFS:
         for i in range(start_id, len(entries)):
             name, st = entries[i]
             crel = posixpath.join(rel, name) if rel else name
-            if stat.S_ISLNK(st.st_mode) and self._inside(crel) is None:
-                continue  # links leading outside (or nowhere) are not listed
             ino = self.ino_for(crel)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), self._from_stat(ino, st), i + 1):
                 return
             self.inodes.ref(ino)  # readdirplus: the kernel now holds the entry
 
     def readlink(self, inode: int) -> bytes:
-        rel = self.rel(inode)
-        target = self._inside(rel)
-        if target is None:
-            raise pyfuse3.FUSEError(errno.EACCES)
-        here = posixpath.dirname(rel)
-        return os.fsencode(posixpath.relpath(target or ".", here or "."))
+        try:
+            return os.fsencode(self.ws.readlink(self.rel(inode)))
+        except FsError as exc:
+            raise _fuse(exc) from None
 
     def open(self, inode: int, flags: int) -> int:
         try:
@@ -134,9 +127,22 @@ class WorkspaceFS:
         rel = self.child(self.rel(parent), name)
         try:
             self.ws.symlink(os.fsdecode(target), rel)
-            if self._inside(rel) is None:
-                self.ws.unlink(rel)
-                raise pyfuse3.FUSEError(errno.EACCES)  # would lead outside
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self.entry(rel)
+
+    def link(self, inode: int, new_parent: int, new_name: bytes) -> pyfuse3.EntryAttributes:
+        rel = self.child(self.rel(new_parent), new_name)
+        try:
+            self.ws.link(self.rel(inode), rel)
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self.entry(rel)
+
+    def mknod(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
+        rel = self.child(self.rel(parent), name)
+        try:
+            self.ws.mknod(rel, mode)
         except FsError as exc:
             raise _fuse(exc) from None
         return self.entry(rel)
