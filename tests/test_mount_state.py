@@ -199,3 +199,18 @@ def test_disk_full_refuses_spawns_and_umount_ends(tiny_state_dir, mount_factory,
     res = rnixfs("umount", str(m.path), check=False, timeout=120)
     assert res.returncode == 0 and "unmounted" in res.stdout, res.stderr
     assert str(m.path) not in mounted_points()
+
+
+def test_a_store_that_is_not_a_database(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "rnixfs.db").write_bytes(b"not sqlite at all\n" * 100)
+    for args in (("ps", "--all"), ("show", "1")):
+        res = rnixfs(*args, "--state-dir", str(state), check=False)
+        assert "not a database" in error_line(res)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = rnixfs("mount", str(mnt), "--project", str(tmp_path), "--state-dir", str(state),
+                 "--config-dir", str(tmp_path / "config"), check=False, timeout=120)
+    assert "not a database" in error_line(res)
+    assert str(mnt) not in mounted_points()

@@ -86,6 +86,31 @@ def test_another_user_cannot_read_or_steer_my_processes(shared_mount):
         sh(f'echo kill > "{m.p(f"proc/{hang}/ctl")}"')
 
 
+@needs_fuse
+@pytest.mark.mount
+def test_dev_fs_gives_new_files_to_their_creator(shared_mount):
+    m = shared_mount
+    shared = m.project / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    fs = m.p("dev/fs")
+    res = as_nobody(f'cd "{fs}/shared" && touch mine && mkdir d && ln -s mine l && mkfifo f && umask 0 &&'
+                    f' mkdir -m 0777 open')
+    assert res.returncode == 0, res.stderr
+    for name in ("mine", "d", "l", "f", "open"):
+        st = os.lstat(shared / name)
+        assert (st.st_uid, st.st_gid) == (NOBODY, NOBODY), name
+    assert stat.S_IMODE(os.stat(shared / "open").st_mode) == 0o777  # the client's umask, once
+    res = as_nobody(f'touch "{fs}/not-mine"')
+    assert res.returncode != 0 and "Permission denied" in res.stderr
+    assert not (m.project / "not-mine").exists()
+    res = as_nobody(f'chown 123 "{fs}/shared/mine"')
+    assert res.returncode != 0 and "Operation not permitted" in res.stderr
+    assert os.stat(shared / "mine").st_uid == NOBODY
+    assert sh(f'chown 123:456 "{fs}/shared/mine"').returncode == 0  # root may
+    assert (os.stat(shared / "mine").st_uid, os.stat(shared / "mine").st_gid) == (123, 456)
+
+
 def test_waiting_reads_are_counted_per_uid(tmp_path, scripted_server):
     """8 slots: the daemon's user may hold 6, other users 2 together, one each."""
     alice = SimpleNamespace(pid=os.getpid(), uid=1000, gid=1000, umask=0o22)

@@ -638,6 +638,17 @@ class Workspace:
             except OSError as exc:
                 raise _oserror(exc, rel, "Mknod") from None
 
+    def chown(self, rel, uid: int, gid: int) -> None:
+        """lchown of the entry ``rel`` itself (-1 keeps a field); a link is
+        never followed, so a swap makes this change the link, not a target."""
+        with self._walk(rel, "Chown", follow=False, empty_ok=True) as ref:
+            if ref.st is None:
+                raise _err(Code.NOT_FOUND, rel, "no such file or directory", "Chown", _errno.ENOENT)
+            try:
+                os.chown(ref.name, uid, gid, dir_fd=ref.dirfd, follow_symlinks=False)
+            except OSError as exc:
+                raise _oserror(exc, rel, "Chown") from None
+
     def chmod(self, rel, mode: int) -> None:
         """chmod of ``rel`` (symlinks inside followed; a link itself has no mode)."""
         for _ in range(_MAX_RETRIES):

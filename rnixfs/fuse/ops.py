@@ -599,7 +599,7 @@ class Operations(pyfuse3.Operations):
     async def symlink(self, parent_inode, name, target, ctx):
         if self.wsfs is None or not self.wsfs.owns(parent_inode):
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.symlink(parent_inode, name, target)
+        return self.wsfs.symlink(parent_inode, name, target, ctx)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
         if self.wsfs is None or not self.wsfs.owns(new_parent_inode):
@@ -621,12 +621,13 @@ class Operations(pyfuse3.Operations):
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         if self.wsfs is None or not self.wsfs.owns(parent_inode):
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.mknod(parent_inode, name, mode)
+        return self.wsfs.mknod(parent_inode, name, mode, ctx)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        fd, attr = real.create(parent_inode, name, mode, flags)
+        fd, attr = (real.create(parent_inode, name, mode, flags, ctx) if real is self.wsfs
+                    else real.create(parent_inode, name, mode, flags))
         h = Handle("real")
         h.fd, h.ino = fd, attr.st_ino
         return self._new_handle(h, direct_io=False, keep_cache=True), attr
@@ -634,6 +635,8 @@ class Operations(pyfuse3.Operations):
     async def mkdir(self, parent_inode, name, mode, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
+        if real is self.wsfs:
+            return real.mkdir(parent_inode, name, mode, ctx)
         return real.mkdir(parent_inode, name, mode)
 
     async def unlink(self, parent_inode, name, ctx):

@@ -22,6 +22,9 @@ from . import inodes as I
 from .inodemap import InodeMap
 
 WS_BASE = 1 << 45
+# Only a root daemon can give files away; otherwise every file is the
+# daemon's user's (a single-owner filesystem) and chown is not applied.
+_CAN_CHOWN = os.geteuid() == 0
 TIMEOUT = 1.0
 
 
@@ -107,29 +110,50 @@ class WorkspaceFS:
         except FsError as exc:
             raise _fuse(exc) from None
 
-    def create(self, parent: int, name: bytes, mode: int, flags: int):
+    def _made(self, rel: str, ctx, mode: int | None) -> pyfuse3.EntryAttributes:
+        """A new entry gets the caller's uid and gid (the parent's gid in a
+        setgid directory) when the daemon can give it away, and exactly the
+        permission bits asked (the client's umask is already applied; the
+        daemon's own must not be applied twice)."""
+        try:
+            st = self.ws.lstat(rel)
+            if mode is not None and not stat.S_ISLNK(st.st_mode) and (st.st_mode & 0o777) != (mode & 0o777):
+                self.ws.chmod(rel, (stat.S_IMODE(st.st_mode) & ~0o777) | (mode & 0o777))
+            if ctx is not None and _CAN_CHOWN and (ctx.uid, ctx.gid) != (st.st_uid, st.st_gid):
+                parent = posixpath.dirname(rel)
+                setgid = self.ws.stat(parent).st_mode & stat.S_ISGID
+                self.ws.chown(rel, ctx.uid, -1 if setgid else ctx.gid)
+        except FsError as exc:
+            raise _fuse(exc) from None
+        return self.entry(rel)
+
+    def create(self, parent: int, name: bytes, mode: int, flags: int, ctx=None):
         rel = self.child(self.rel(parent), name)
         try:
             fd = self.ws.open(rel, flags | os.O_CREAT, stat.S_IMODE(mode))
         except FsError as exc:
             raise _fuse(exc) from None
-        return fd, self.entry(rel)
+        try:
+            return fd, self._made(rel, ctx, stat.S_IMODE(mode))
+        except BaseException:
+            os.close(fd)
+            raise
 
-    def mkdir(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
+    def mkdir(self, parent: int, name: bytes, mode: int, ctx=None) -> pyfuse3.EntryAttributes:
         rel = self.child(self.rel(parent), name)
         try:
             self.ws.mkdir(rel, stat.S_IMODE(mode))
         except FsError as exc:
             raise _fuse(exc) from None
-        return self.entry(rel)
+        return self._made(rel, ctx, stat.S_IMODE(mode))
 
-    def symlink(self, parent: int, name: bytes, target: bytes) -> pyfuse3.EntryAttributes:
+    def symlink(self, parent: int, name: bytes, target: bytes, ctx=None) -> pyfuse3.EntryAttributes:
         rel = self.child(self.rel(parent), name)
         try:
             self.ws.symlink(os.fsdecode(target), rel)
         except FsError as exc:
             raise _fuse(exc) from None
-        return self.entry(rel)
+        return self._made(rel, ctx, None)
 
     def link(self, inode: int, new_parent: int, new_name: bytes) -> pyfuse3.EntryAttributes:
         rel = self.child(self.rel(new_parent), new_name)
@@ -139,13 +163,13 @@ class WorkspaceFS:
             raise _fuse(exc) from None
         return self.entry(rel)
 
-    def mknod(self, parent: int, name: bytes, mode: int) -> pyfuse3.EntryAttributes:
+    def mknod(self, parent: int, name: bytes, mode: int, ctx=None) -> pyfuse3.EntryAttributes:
         rel = self.child(self.rel(parent), name)
         try:
             self.ws.mknod(rel, mode)
         except FsError as exc:
             raise _fuse(exc) from None
-        return self.entry(rel)
+        return self._made(rel, ctx, stat.S_IMODE(mode))
 
     def unlink(self, parent: int, name: bytes, *, directory: bool) -> None:
         rel = self.child(self.rel(parent), name)
@@ -177,6 +201,10 @@ class WorkspaceFS:
     def setattr(self, inode: int, attr, fields) -> pyfuse3.EntryAttributes:
         rel = self.rel(inode)
         try:
+            if (fields.update_uid or fields.update_gid) and _CAN_CHOWN:
+                # the kernel has checked the caller may (default_permissions)
+                self.ws.chown(rel, attr.st_uid if fields.update_uid else -1,
+                              attr.st_gid if fields.update_gid else -1)
             if fields.update_size:
                 self.ws.truncate(rel, attr.st_size)
             if fields.update_mode:
