@@ -103,3 +103,17 @@ def test_python_venv_inside_dev_fs(mnt):
     assert "home" in cfg
     res = run(mnt, '"$FS/venv/bin/python" -c "import json, sqlite3; print(42)"', timeout=120)
     assert res.stdout.strip() == "42", res.stderr
+
+
+def test_a_removed_file_stays_usable_while_open(mnt):
+    script = ('import os, sys\n'
+              'p = sys.argv[1]\n'
+              'fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)\n'
+              'os.write(fd, b"Hello")\n'
+              'os.unlink(p)\n'
+              'st = os.fstat(fd)\n'
+              'print(st.st_size, st.st_nlink, os.pread(fd, 5, 0).decode(), os.path.exists(p))\n')
+    res = subprocess.run([sys.executable, "-c", script, mnt.p("dev/fs/tmpfile")], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["5", "0", "Hello", "False"]

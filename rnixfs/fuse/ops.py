@@ -24,7 +24,7 @@ from ..kernel.errors import Code, SyscallError
 from ..kernel.process import Process
 from . import inodes as I
 from .passthrough import Passthrough, Tree, pread, pwrite
-from .workspace import WorkspaceFS
+from .workspace import WS_BASE, WorkspaceFS
 from .signals import POLL_INTERVAL, reader_interrupted
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,16 @@ class Operations(pyfuse3.Operations):
             return self.wsfs
         return None
 
+    def _unlinked_attr(self, inode: int) -> pyfuse3.EntryAttributes | None:
+        """fstat of a dev/fs file removed while still open (its name is gone,
+        its open descriptor is not: a temp file's usual life)."""
+        if self.wsfs is None or inode < WS_BASE:
+            return None
+        for h in self.handles.values():
+            if h.kind == "real" and h.ino == inode and h.fd >= 0:
+                return self.wsfs.from_fd(inode, h.fd)
+        return None
+
     def _proc(self, pid: int) -> Process:
         proc = self.kernel.table.get(pid)
         if proc is None:
@@ -200,7 +210,14 @@ class Operations(pyfuse3.Operations):
 
     async def getattr(self, inode, ctx=None):
         if (real := self._real(inode)) is not None:
-            return real.getattr(inode)
+            try:
+                return real.getattr(inode)
+            except pyfuse3.FUSEError as exc:
+                if exc.errno != errno.ENOENT or (attr := self._unlinked_attr(inode)) is None:
+                    raise
+                return attr
+        if (attr := self._unlinked_attr(inode)) is not None:
+            return attr
         kind, a, b = I.decode(inode)
         if kind == "pid":
             return self._proc_attr(self._proc(a), b)

@@ -64,6 +64,9 @@ class WorkspaceFS:
         a.st_atime_ns, a.st_ctime_ns = st.st_atime_ns, st.st_ctime_ns
         return a
 
+    def from_fd(self, inode: int, fd: int) -> pyfuse3.EntryAttributes:
+        return self._from_stat(inode, os.fstat(fd))
+
     def _lstat(self, rel: str) -> os.stat_result:
         try:
             return self.ws.lstat(rel)
