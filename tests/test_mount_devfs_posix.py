@@ -30,6 +30,11 @@ def test_symlinks_are_stored_as_given(mnt):
         assert os.readlink(mnt.p(f"dev/fs/{name}")) == text   # and through the mount
         assert stat.S_ISLNK(os.lstat(mnt.p(f"dev/fs/{name}")).st_mode)
     assert open(mnt.p("dev/fs/sub/up")).read() == "A\n"
+    # times of the link itself (touch -h), not of its target
+    before = os.stat(mnt.project / "a.txt").st_mtime
+    assert run(mnt, 'touch -h -d @1000000000 "$FS/rel"').returncode == 0
+    assert os.lstat(mnt.project / "rel").st_mtime == 1000000000
+    assert os.stat(mnt.project / "a.txt").st_mtime == before
     assert {"rel", "abs", "dangling", "odd"} <= set(os.listdir(mnt.p("dev/fs")))
     # renaming and removing a link touch the link, never its target
     assert run(mnt, 'cd "$FS" && mv rel sub/rel2 && rm abs dangling').returncode == 0

@@ -680,9 +680,10 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def utime(self, rel, ns: tuple[int, int] | None = None) -> None:
-        """Set atime/mtime (nanoseconds; None = now) of ``rel``; links inside followed."""
-        with self._walk(rel, "Utime", follow=True, empty_ok=True) as ref:
+    def utime(self, rel, ns: tuple[int, int] | None = None, *, follow: bool = True) -> None:
+        """Set atime/mtime (nanoseconds; None = now) of ``rel``; links inside
+        followed unless ``follow`` is False (then a final link itself)."""
+        with self._walk(rel, "Utime", follow=follow, empty_ok=True) as ref:
             if ref.st is None:
                 raise _err(Code.NOT_FOUND, rel, "no such file or directory", "Utime", _errno.ENOENT)
             try:

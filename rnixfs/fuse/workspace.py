@@ -213,9 +213,11 @@ class WorkspaceFS:
             if fields.update_mode:
                 self.ws.chmod(rel, stat.S_IMODE(attr.st_mode))
             if fields.update_mtime or fields.update_atime:
-                st = self.ws.stat(rel)
+                # the kernel resolved any link it meant to follow: this inode is the one
+                st = self.ws.lstat(rel)
                 self.ws.utime(rel, ns=(attr.st_atime_ns if fields.update_atime else st.st_atime_ns,
-                                       attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns))
+                                       attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns),
+                              follow=not stat.S_ISLNK(st.st_mode))
         except FsError as exc:
             raise _fuse(exc) from None
         return self.getattr(inode)
