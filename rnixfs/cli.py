@@ -6,6 +6,7 @@ import json
 import os
 import select
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -83,6 +84,10 @@ def mount(mountpoint, project, foreground, state_dir, config_dir, linger, allow_
         fail(f"{mountpoint}: not a directory")
     if is_mounted(mountpoint):
         fail(f"{mountpoint}: already mounted (rnixfs umount {mountpoint} first)")
+    real_mp, real_project = Path(os.path.realpath(mountpoint)), project.resolve()
+    if real_mp == real_project or real_mp in real_project.parents:
+        fail(f"{mountpoint}: the mount would hide the project {real_project}; mount elsewhere"
+             " (a mount point inside the project is fine)")
     cfg = DaemonConfig(
         mountpoint=mountpoint,
         project=project.resolve(),
@@ -121,7 +126,9 @@ def _run_foreground(cfg, log_level: str, ready_fd: int | None) -> None:
     try:
         trio.run(Daemon(cfg).run, on_ready)
     except Exception as exc:
-        msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        from .statelock import StateDirBusy
+
+        msg = (str(exc) if isinstance(exc, StateDirBusy) else f"{type(exc).__name__}: {exc}").splitlines()[0]
         if ready_fd is not None:
             try:
                 os.write(ready_fd, f"error: {msg}\n".encode())
@@ -129,7 +136,10 @@ def _run_foreground(cfg, log_level: str, ready_fd: int | None) -> None:
                 pass
         import logging
 
-        logging.getLogger("rnixfs").exception("daemon failed")
+        if isinstance(exc, StateDirBusy):  # expected: a reason, not a traceback
+            logging.getLogger("rnixfs").error("mount refused: %s", msg)
+        else:
+            logging.getLogger("rnixfs").exception("daemon failed")
         fail(msg)
 
 
@@ -222,7 +232,9 @@ def _format_status(info: dict) -> str:
         f"project:   {info['project']}",
         f"state:     {info['state_dir']}",
         f"processes: {counts}",
-        *([f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
+        *([f"store:     DEGRADED, read-only (spawns refused; remount to retry): {info['store_degraded']}"]
+          if info.get("store_degraded") else
+          [f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
         *([_sandbox_line(info["sandbox"])] if info.get("sandbox") else []),
         "providers:",
     ]
@@ -281,7 +293,10 @@ def _reader(state_dir: Path | None):
     path = (state_dir or default_state_dir()) / "rnixfs.db"
     if not path.exists():
         fail(f"no state store at {path}")
-    return StoreReader(path)
+    try:
+        return StoreReader(path)
+    except sqlite3.Error as exc:
+        fail(f"state store {path}: {exc}")
 
 
 STATE_DIR_OPTION = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -304,8 +319,12 @@ def ps(show_all, as_json, state_dir):
     reader = _reader(state_dir)
     try:
         rows = reader.processes(include_dead=show_all)
+    except sqlite3.Error as exc:
+        fail(f"state store {reader.path}: {exc}")
     finally:
         reader.close()
+    for problem in reader.skipped:
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         for r in rows:
             click.echo(json.dumps(r))
@@ -333,9 +352,15 @@ def show(pid, trace, as_json, state_dir):
         if rec is None:
             fail(f"no process {pid} in the store")
         lines = reader.trace(pid) if trace else []
-        events = [json.loads(e) for e in reader.events(pid)] if as_json else []
+        events = reader.event_dicts(pid) if as_json else []
+    except ValueError as exc:
+        fail(str(exc))
+    except sqlite3.Error as exc:
+        fail(f"state store {reader.path}: {exc}")
     finally:
         reader.close()
+    for problem in reader.skipped:
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         rec["events"] = events
         click.echo(json.dumps(rec, indent=2))

@@ -30,6 +30,7 @@ from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
 from .kernel.tools import Tools
+from .statelock import StateLock
 from .store import Store, run_all
 
 log = logging.getLogger(__name__)
@@ -78,12 +79,22 @@ class Daemon:
             "mcp": {"servers": self.mcp.names(), "errors": self.mcp.errors} if self.mcp else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
             "sandbox": self.sandbox.describe() if self.sandbox else None,
+            "store_degraded": self.store.degraded if self.store else None,
         }
         return self.providers.redactor.data(info) if self.providers else info
 
     async def run(self, on_ready=lambda: None) -> None:
         cfg = self.cfg
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        lock = StateLock(cfg.state_dir)
+        lock.acquire(mountpoint=cfg.mountpoint)  # before the store is touched
+        try:
+            await self._run_locked(on_ready)
+        finally:
+            lock.release()
+
+    async def _run_locked(self, on_ready) -> None:
+        cfg = self.cfg
         providers_cfg = load_providers(cfg.config_dir)
         # agents' commands must not read our environment or memory (docs/devices.md)
         sandbox.protect_daemon()
@@ -111,7 +122,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.kernel.run)
-                workspace = Workspace(cfg.project)
+                workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
                 mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
@@ -150,6 +161,16 @@ class Daemon:
             await trio.to_thread.run_sync(store.stop)
         log.info("stopped")
         remove_log_filter(log_filter)
+
+
+def _inside(mountpoint: Path, project: Path) -> tuple[str, ...]:
+    """The mount point relative to the project when it lies inside it: dev/fs
+    and the agents' tools must never stat it (that waits on this daemon)."""
+    mp, root = os.path.realpath(mountpoint), os.path.realpath(project)
+    rel = os.path.relpath(mp, root)
+    if rel == "." or rel == ".." or rel.startswith("../"):
+        return ()
+    return (rel,)
 
 
 async def _on_signals(signalled: list[int], ops: Operations) -> None:

@@ -8,6 +8,7 @@ so a daemon crash never loses something a reader already saw.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import queue
@@ -16,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from .kernel.errors import Code, SyscallError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,44 @@ CREATE TABLE IF NOT EXISTS audit (
 
 LIVE_STATES = ("created", "running", "zombie")
 _STOP = object()
+RETRY_WINDOW = 8.0  # seconds a failing commit is retried before the store degrades
+MAX_PID = 2**53  # PIDs stay exact in JSON numbers
+
+
+def describe_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "disk is full" in str(exc) or (
+        isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+
+
+def unavailable(reason: str, *, disk_full: bool) -> SyscallError:
+    """The error a spawn gets while the store cannot take writes."""
+    return SyscallError(Code.NO_SPACE if disk_full else Code.READ_ONLY,
+                        f"the state store cannot be written ({reason}); the mount is read-only"
+                        " until it is remounted", syscall="Spawn", device="/proc/new")
+
+
+def parse_status(text: Any) -> dict | None:
+    """A status column as a dict, or None when the row is damaged (not JSON,
+    not an object, or missing what `ps` shows)."""
+    try:
+        status = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(status, dict):
+        return None
+    tokens = status.get("tokens")
+    ok = (isinstance(status.get("pid"), int) and isinstance(status.get("ppid"), int)
+          and isinstance(status.get("state"), str) and isinstance(status.get("intent"), str)
+          and isinstance(status.get("agent"), str) and isinstance(status.get("steps"), int)
+          and (status.get("exit_code") is None or isinstance(status.get("exit_code"), int))
+          and isinstance(tokens, dict) and isinstance(tokens.get("in"), int)
+          and isinstance(tokens.get("out"), int))
+    return status if ok else None
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -82,20 +123,36 @@ class Store:
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self.dispatch: Callable[[list[Callable[[], None]]], None] = run_all
-        self.failed: BaseException | None = None
+        self.failed: BaseException | None = None  # the last commit error, while retrying
+        # Set once commits failed for RETRY_WINDOW: from then on nothing is
+        # written, spawns are refused, and what runs goes on in memory only.
+        self.degraded: str | None = None
+        self.degraded_disk_full = False
+
+    def check_writable(self) -> None:
+        """Raise the errno a spawn gets when the store no longer takes writes."""
+        if self.degraded:
+            raise unavailable(self.degraded, disk_full=self.degraded_disk_full)
 
     # -- synchronous setup calls (run via trio.to_thread) --------------------
     def reserve_pids(self, count: int) -> range:
         """Reserve a block of PIDs; the counter survives restarts."""
-        with self._lock_conn() as conn:
-            row = conn.execute("SELECT value FROM meta WHERE key='next_pid'").fetchone()
-            start = int(row[0]) if row else 1
-            top = conn.execute("SELECT MAX(pid) FROM processes").fetchone()[0] or 0
-            start = max(start, top + 1)
-            conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('next_pid', ?)",
-                (str(start + count),),
-            )
+        self.check_writable()
+        try:
+            with self._lock_conn() as conn:
+                row = conn.execute("SELECT value FROM meta WHERE key='next_pid'").fetchone()
+                start = _pid_counter(row[0] if row else None)
+                top = conn.execute("SELECT MAX(pid) FROM processes").fetchone()[0] or 0
+                start = max(start, _pid_counter(top) + 1 if top else 1)
+                if start + count > MAX_PID:
+                    raise sqlite3.DataError(f"PIDs exhausted (next would be {start})")
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('next_pid', ?)",
+                    (str(start + count),),
+                )
+        except (sqlite3.Error, OSError) as exc:
+            log.error("reserving PIDs failed: %s", exc)
+            raise unavailable(describe_error(exc), disk_full=is_disk_full(exc)) from None
         return range(start, start + count)
 
     def recover(self, daemon_id: str) -> int:
@@ -107,7 +164,11 @@ class Store:
                 (daemon_id, *LIVE_STATES),
             ).fetchall()
             for row in rows:
-                status = json.loads(row["status"])
+                status = parse_status(row["status"])
+                if status is None:  # damaged: retire it, keep the text as evidence
+                    log.warning("process %s: status is damaged; marked dead as it is", row["pid"])
+                    conn.execute("UPDATE processes SET state='dead' WHERE pid=?", (row["pid"],))
+                    continue
                 if row["state"] != "zombie":
                     status["exit_code"] = 137
                     status["exited"] = status.get("exited") or now
@@ -174,7 +235,10 @@ class Store:
             self._queue.put((_STOP, None, None))
             self._thread.join()
             self._thread = None
-        self._conn.close()
+        try:
+            self._conn.close()
+        except sqlite3.Error as exc:
+            log.error("closing the store: %s", exc)
 
     def _writer(self) -> None:
         while True:
@@ -185,7 +249,7 @@ class Store:
             except queue.Empty:
                 pass
             stop = any(op is _STOP for op, _, _ in batch)
-            if not self._commit_retrying(batch, stop):
+            if self.degraded is None and not self._commit_retrying(batch, stop):
                 return  # given up at shutdown: nothing unsaved is shown
             callbacks = [cb for _, _, cb in batch if cb is not None]
             if callbacks:
@@ -197,11 +261,16 @@ class Store:
                 return
 
     def _commit_retrying(self, batch: list, stopping: bool) -> bool:
-        """Commit, retrying with backoff (a full disk, a locked file) until it
-        works; only then may readers see the batch. At shutdown, give up after
-        a few tries rather than hang."""
+        """Commit, retrying with backoff (a locked file, a disk about to be
+        freed); only then may readers see the batch. A failure that outlasts
+        RETRY_WINDOW degrades the store (see ``degraded``): the batch is
+        dropped but handed on, so nothing waits forever on a commit and
+        unmount still ends the daemon. At shutdown, give up sooner."""
         delay = 0.05
-        for attempt in range(1, 1_000_000):
+        deadline = time.monotonic() + RETRY_WINDOW
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 self._commit(batch)
                 self.failed = None
@@ -212,9 +281,18 @@ class Store:
                 if stopping and attempt >= 5:
                     log.error("giving up: %d operations not saved", len(batch))
                     return False
+                if time.monotonic() + delay > deadline:
+                    self._degrade(exc, len(batch))
+                    return True
                 time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        return False
+                delay = min(delay * 2, 2.0)
+
+    def _degrade(self, exc: BaseException, lost: int) -> None:
+        self.degraded_disk_full = is_disk_full(exc)
+        self.degraded = describe_error(exc)
+        log.error("state store degraded to read-only after %.0fs of failures: %s; %d operations"
+                  " not saved; new spawns are refused until the daemon is remounted",
+                  RETRY_WINDOW, self.degraded, lost)
 
     def _commit(self, batch: list) -> None:
         events = [row for op, row, _ in batch if op == "event"]
@@ -237,6 +315,20 @@ class Store:
                 )
 
 
+def _pid_counter(value: Any) -> int:
+    """The stored PID counter, or 1 when it is not a sane number (it is
+    then raised above the highest PID in use)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        log.warning("meta.next_pid %r is not a number; using the highest PID instead", value)
+        return 1
+    if not 1 <= n <= MAX_PID:
+        log.warning("meta.next_pid %r is out of range; using the highest PID instead", value)
+        return 1
+    return n
+
+
 def run_all(callbacks: Iterable[Callable[[], None]]) -> None:
     for cb in callbacks:
         cb()
@@ -249,32 +341,56 @@ class StoreReader:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._conn = connect(self.path, readonly=True)
+        self.skipped: list[str] = []  # damaged rows left out, one reason each
 
     def close(self) -> None:
         self._conn.close()
 
     def processes(self, *, include_dead: bool = True, limit: int | None = None) -> list[dict]:
-        sql = "SELECT status FROM processes"
+        """Status dicts; damaged rows are left out and described in ``skipped``."""
+        sql = "SELECT pid, status FROM processes"
         if not include_dead:
             sql += " WHERE state != 'dead'"
         sql += " ORDER BY pid"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [json.loads(r[0]) for r in self._conn.execute(sql)]
+        out = []
+        for pid, text in self._conn.execute(sql):
+            status = parse_status(text)
+            if status is None:
+                self.skipped.append(f"process {pid}: damaged record skipped (status is not a valid status)")
+            else:
+                out.append(status)
+        return out
 
     def process(self, pid: int) -> dict[str, Any] | None:
+        """One record; raises ValueError when it is damaged."""
         row = self._conn.execute("SELECT status, result FROM processes WHERE pid=?", (pid,)).fetchone()
         if row is None:
             return None
-        status = json.loads(row["status"])
-        status["result"] = row["result"]
+        status = parse_status(row["status"])
+        if status is None:
+            raise ValueError(f"process {pid}: the record in {self.path} is damaged (status is not a valid status)")
+        result = row["result"]
+        status["result"] = result if result is None or isinstance(result, str) else str(result)
         return status
 
     def trace(self, pid: int) -> list[str]:
-        return [r[0] for r in self._conn.execute("SELECT line FROM events WHERE pid=? ORDER BY seq", (pid,))]
+        return [r[0] if isinstance(r[0], str) else str(r[0])
+                for r in self._conn.execute("SELECT line FROM events WHERE pid=? ORDER BY seq", (pid,))]
 
     def events(self, pid: int) -> list[str]:
         return [r[0] for r in self._conn.execute("SELECT json FROM events WHERE pid=? ORDER BY seq", (pid,))]
+
+    def event_dicts(self, pid: int) -> list[dict]:
+        """Parsed events; damaged ones are left out and described in ``skipped``."""
+        out = []
+        for i, text in enumerate(self.events(pid)):
+            try:
+                out.append(json.loads(text))
+            except (TypeError, ValueError, RecursionError):
+                self.skipped.append(f"process {pid}: damaged event {i} skipped")
+        return out
 
     def counts(self, daemon: str | None = None) -> dict[str, int]:
         sql = "SELECT state, COUNT(*) FROM processes"

@@ -108,9 +108,12 @@ def scripted_providers(url: str, default: str = "scripted", timeout: float = 10,
     return "\n".join(lines) + "\n"
 
 
-def do_mount(tmp: Path, providers_yaml: str | None, *extra: str, name: str = "mnt") -> Mount:
+def do_mount(tmp: Path, providers_yaml: str | None, *extra: str, name: str = "mnt",
+             state: str = "state") -> Mount:
+    """Mount at tmp/name; mounts at the same time need their own ``state``
+    (one daemon per state directory)."""
     mnt, project = tmp / name, tmp / "project"
-    state_dir, config_dir = tmp / "state", tmp / "config"
+    state_dir, config_dir = tmp / state, tmp / "config"
     for d in (mnt, project, state_dir, config_dir):
         d.mkdir(parents=True, exist_ok=True)
     if providers_yaml is not None:
@@ -173,11 +176,11 @@ needs_fuse = pytest.mark.skipif(not have_fuse(), reason="needs /dev/fuse and fus
 
 @pytest.fixture
 def mount_factory(tmp_path, request):
-    """mount_factory(providers_yaml, *extra_args, name=...) -> Mount."""
+    """mount_factory(providers_yaml, *extra_args, name=..., state=...) -> Mount."""
     mounts: list[Mount] = []
 
-    def make(providers_yaml: str | None, *extra: str, name: str = "mnt") -> Mount:
-        m = do_mount(tmp_path, providers_yaml, *extra, name=name)
+    def make(providers_yaml: str | None, *extra: str, name: str = "mnt", state: str = "state") -> Mount:
+        m = do_mount(tmp_path, providers_yaml, *extra, name=name, state=state)
         mounts.append(m)
         return m
 

@@ -845,3 +845,55 @@ def test_search_cancel_and_timeout(tmp_path):
         assert late.truncated and late.timed_out and len(late) < 600 * 100
         full = ws.grep("needle", limit=10**6, timeout=600)
         assert len(full) == 600 * 100 and not full.truncated and not full.timed_out
+
+
+# -- link, mknod, chown, hidden ---------------------------------------------------------
+def test_hard_link_mknod_chown_stay_inside(world):
+    ws, root = world.ws, world.root
+    before = snapshot(world)
+    ws.link("inside.txt", "sub/hard.txt")
+    assert os.path.samefile(root / "inside.txt", root / "sub" / "hard.txt")
+    ws.link("to_secret", "link-of-link")            # a final symlink is linked itself
+    assert os.readlink(root / "link-of-link") == "../outside/secret"
+    for src, dst, code in (("to_outside_rel/secret", "x1", P), ("inside.txt", "to_outside_rel/x2", P),
+                           ("../outside/secret", "x3", P), ("inside.txt", "/tmp/x4", P),
+                           ("sub", "x5", P), ("inside.txt", "sub/file.txt", I), ("missing", "x6", N)):
+        with pytest.raises(FsError) as info:
+            ws.link(src, dst)
+        assert info.value.code == code, (src, dst, info.value)
+    ws.mknod("fifo", stat.S_IFIFO | 0o600)
+    assert stat.S_ISFIFO(os.lstat(root / "fifo").st_mode)
+    for mode in (stat.S_IFCHR | 0o600, stat.S_IFBLK | 0o600):
+        with pytest.raises(FsError) as info:
+            ws.mknod("dev", mode)
+        assert info.value.code == P and info.value.errno == errno.EPERM
+    with pytest.raises(FsError) as info:
+        ws.mknod("to_outside_rel/fifo", stat.S_IFIFO | 0o600)
+    assert info.value.code == P
+    if os.geteuid() == 0:
+        ws.chown("to_secret", 123, 456)                # the link itself, never its target
+        assert os.lstat(root / "to_secret").st_uid == 123
+        with pytest.raises(FsError):
+            ws.chown("to_outside_rel/secret", 123, 456)
+    assert snapshot(world) == before
+
+
+def test_hidden_paths_are_never_served(tmp_path):
+    root = tmp_path / "ws"
+    (root / "sub" / "m").mkdir(parents=True)
+    (root / "sub" / "m" / "x").write_text("x")
+    os.symlink("sub/m", root / "to-m")
+    os.symlink("sub", root / "to-sub")
+    with Workspace(root, hidden=("sub/m",)) as ws:
+        assert ws.listdir("sub") == []
+        assert [n for n, _ in ws.entries("sub")] == []
+        for path in ("sub/m", "sub/m/x", "to-m", "to-m/x", "to-sub/m/x", "sub/../sub/m"):
+            with pytest.raises(FsError) as info:
+                ws.stat(path)
+            assert info.value.code == N, path
+        for call in (lambda: ws.mkdir("sub/m"), lambda: ws.write_file("sub/m/y", b"y"),
+                     lambda: ws.rename("sub", "sub/m"), lambda: ws.unlink("sub/m/x")):
+            with pytest.raises(FsError):
+                call()
+        assert "sub/m/x" not in ws.glob("**") and not ws.grep("x", "**")
+    assert (root / "sub" / "m" / "x").read_text() == "x"

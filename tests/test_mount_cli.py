@@ -101,7 +101,7 @@ def _stale(point: str) -> bool:
 def test_status_of_all_mounts_with_a_stale_one(mount_factory, scripted_server):
     yaml = scripted_providers(scripted_server.url)
     live = mount_factory(yaml, name="live")
-    dead = mount_factory(yaml, name="dead")
+    dead = mount_factory(yaml, name="dead", state="state-dead")  # one daemon per state dir
     os.kill(dead.daemon_pid, signal.SIGKILL)
     wait_for(lambda: _stale(str(dead.path)), 30, what="the dead mount to go stale")
     res = rnixfs("status", check=False)

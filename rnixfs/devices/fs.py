@@ -224,8 +224,12 @@ class Workspace:
     fds.
     """
 
-    def __init__(self, root: Path | str):
+    def __init__(self, root: Path | str, *, hidden: tuple[str, ...] = ()):
         self.root = Path(root)
+        # Canonical paths never served, not even stat'ed: the daemon's own
+        # mount point when it lies inside the workspace (a stat of it would
+        # wait on the daemon itself). See docs/devices.md.
+        self._hidden = frozenset(tuple(c for c in h.split("/") if c) for h in hidden if h.strip("/"))
         self._roots = {os.path.abspath(self.root).rstrip("/") or "/",
                        os.path.realpath(self.root).rstrip("/") or "/"}
         try:
@@ -343,6 +347,8 @@ class Workspace:
                     continue
                 last = not todo
                 here = cur()
+                if self._hidden and tuple(names + [c]) in self._hidden:
+                    raise _err(Code.NOT_FOUND, p.text, "no such file or directory", syscall, _errno.ENOENT)
                 if last and not (p.must_dir and follow):
                     # the final entry: lstat it, follow a symlink only when asked
                     try:
@@ -493,21 +499,27 @@ class Workspace:
 
     def listdir(self, rel="") -> list[str]:
         """Sorted entry names of directory ``rel`` (without ``.`` and ``..``)."""
-        fd, _ = self._opendir(rel, "Readdir")
+        fd, parts = self._opendir(rel, "Readdir")
         try:
-            return sorted(os.listdir(fd))
+            return [n for n in sorted(os.listdir(fd)) if not self.is_hidden(parts, n)]
         finally:
             os.close(fd)
+
+    def is_hidden(self, parts: list[str], name: str) -> bool:
+        """Whether entry ``name`` of canonical directory ``parts`` is never served."""
+        return bool(self._hidden) and tuple(parts) + (name,) in self._hidden
 
     def entries(self, rel="") -> list[tuple[str, os.stat_result]]:
         """``listdir`` with each entry's lstat (for readdir with attributes).
 
         Entries that vanish between the listing and their lstat are left out.
         """
-        fd, _ = self._opendir(rel, "Readdir")
+        fd, parts = self._opendir(rel, "Readdir")
         try:
             out = []
             for name in sorted(os.listdir(fd)):
+                if self.is_hidden(parts, name):
+                    continue
                 try:
                     out.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
                 except FileNotFoundError:
@@ -615,6 +627,55 @@ class Workspace:
             except OSError as exc:
                 raise _oserror(exc, rel, "Symlink") from None
 
+    def link(self, src, dst) -> None:
+        """Hard link ``dst`` to the entry ``src`` (a final symlink is linked
+        itself, as link(2) on Linux). Both names are inside, so the link is."""
+        with self._mutable(src, "Link") as a, self._walk(dst, "Link", follow=False) as b:
+            if a.st is None:
+                raise _err(Code.NOT_FOUND, src, "no such file or directory", "Link", _errno.ENOENT)
+            if _stat.S_ISDIR(a.st.st_mode):
+                raise _err(Code.PERMISSION, src, "hard links to directories are not allowed", "Link",
+                           _errno.EPERM)
+            if b.is_root or b.dotted or b.st is not None:
+                raise _err(Code.INVALID, dst, "file exists", "Link", _errno.EEXIST)
+            if a.must_dir or b.must_dir:
+                raise _err(Code.NOT_FOUND, f"{src} -> {dst}", "not a directory", "Link", _errno.ENOTDIR)
+            try:
+                os.link(a.name, b.name, src_dir_fd=a.dirfd, dst_dir_fd=b.dirfd, follow_symlinks=False)
+            except OSError as exc:
+                raise _oserror(exc, f"{src} -> {dst}", "Link") from None
+
+    def mknod(self, rel, mode: int) -> None:
+        """Create a FIFO, a socket node or an empty regular file at ``rel``.
+
+        Device nodes are PERMISSION (EPERM) whoever asks: the daemon may run
+        as root, and a device node in the workspace would hand its access on.
+        """
+        kind = _stat.S_IFMT(mode) or _stat.S_IFREG
+        if kind not in (_stat.S_IFIFO, _stat.S_IFSOCK, _stat.S_IFREG):
+            raise _err(Code.PERMISSION, str(rel), "only FIFOs, sockets and regular files can be made",
+                       "Mknod", _errno.EPERM)
+        with self._walk(rel, "Mknod", follow=False) as ref:
+            if ref.is_root or ref.dotted or ref.st is not None:
+                raise _err(Code.INVALID, rel, "file exists", "Mknod", _errno.EEXIST)
+            if ref.must_dir:
+                raise _err(Code.NOT_FOUND, rel, "not a directory", "Mknod", _errno.ENOENT)
+            try:
+                os.mknod(ref.name, kind | _stat.S_IMODE(mode), dir_fd=ref.dirfd)
+            except OSError as exc:
+                raise _oserror(exc, rel, "Mknod") from None
+
+    def chown(self, rel, uid: int, gid: int) -> None:
+        """lchown of the entry ``rel`` itself (-1 keeps a field); a link is
+        never followed, so a swap makes this change the link, not a target."""
+        with self._walk(rel, "Chown", follow=False, empty_ok=True) as ref:
+            if ref.st is None:
+                raise _err(Code.NOT_FOUND, rel, "no such file or directory", "Chown", _errno.ENOENT)
+            try:
+                os.chown(ref.name, uid, gid, dir_fd=ref.dirfd, follow_symlinks=False)
+            except OSError as exc:
+                raise _oserror(exc, rel, "Chown") from None
+
     def chmod(self, rel, mode: int) -> None:
         """chmod of ``rel`` (symlinks inside followed; a link itself has no mode)."""
         for _ in range(_MAX_RETRIES):
@@ -646,9 +707,10 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def utime(self, rel, ns: tuple[int, int] | None = None) -> None:
-        """Set atime/mtime (nanoseconds; None = now) of ``rel``; links inside followed."""
-        with self._walk(rel, "Utime", follow=True, empty_ok=True) as ref:
+    def utime(self, rel, ns: tuple[int, int] | None = None, *, follow: bool = True) -> None:
+        """Set atime/mtime (nanoseconds; None = now) of ``rel``; links inside
+        followed unless ``follow`` is False (then a final link itself)."""
+        with self._walk(rel, "Utime", follow=follow, empty_ok=True) as ref:
             if ref.st is None:
                 raise _err(Code.NOT_FOUND, rel, "no such file or directory", "Utime", _errno.ENOENT)
             try:
@@ -888,6 +950,8 @@ class Workspace:
                 if stop is not None and seen[0] % 256 == 0 and stop.check(out, syscall):
                     return
                 if per_level is not None and not per_level[depth].fullmatch(match.matchable(name)):
+                    continue
+                if self.is_hidden(base + parts, name):
                     continue
                 try:
                     st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)

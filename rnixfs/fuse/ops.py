@@ -26,7 +26,7 @@ from ..kernel.process import Process
 from . import inodes as I
 from .mcptree import McpTree
 from .passthrough import Passthrough, Tree, pread, pwrite
-from .workspace import WorkspaceFS
+from .workspace import WS_BASE, WorkspaceFS
 from .signals import POLL_INTERVAL, reader_interrupted
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,11 @@ CTL_HELP = b"term kill killtree pause resume reap\n"
 # proc/new, dev/llm/*, dev/shell run things as the daemon's user: only that
 # user may open them (default_permissions enforces it, even with allow_other)
 WRITE_MODE = 0o600
+# A process's files belong to the uid that spawned it and only it may read
+# them (root excepted): with allow_other, other users see pids, not agents.
+PROC_DIR_MODE = 0o500
+PROC_FILE_MODE = 0o400
+PROC_WRITE_MODE = 0o600
 MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
 TREE_INODES = {"skills": I.SKILLS, "agents": I.AGENTS}
@@ -50,7 +55,7 @@ TREE_INODES = {"skills": I.SKILLS, "agents": I.AGENTS}
 
 class Handle:
     __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending", "fd", "ino",
-                 "ppid")
+                 "ppid", "uid", "gid")
 
     def __init__(self, kind: str, *, proc: Process | None = None, k: int = 0,
                  data: bytes = b"", caller: int = 0, conv: Conversation | None = None):
@@ -66,6 +71,7 @@ class Handle:
         self.fd = -1  # skills/, agents/: the real file's descriptor
         self.ino = 0
         self.ppid = 0  # proc/new: the agent whose Bash command opened it
+        self.uid, self.gid = os.getuid(), os.getgid()  # the opener (set from ctx)
 
 
 def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
@@ -95,20 +101,22 @@ class Operations(pyfuse3.Operations):
         self.llm_names = sorted(providers.names())[: I.LLM_MAX]
         self._fh = itertools.count(1)
         self.handles: dict[int, Handle] = {}
-        self.blocking = trio.Semaphore(max_blocking)
         self._waits: set[trio.CancelScope] = set()
         self.uid, self.gid = os.getuid(), os.getgid()
+        self.slots = BlockingSlots(max_blocking, owner=self.uid)
+        self.owners: dict[int, tuple[int, int]] = {}  # pid -> (uid, gid) of its spawner
         self.mounted_ns = time.time_ns()
 
     # -- attributes ----------------------------------------------------------------
     def _attr(self, ino: int, mode: int, *, size: int = 0, timeout: float = STATIC_TIMEOUT,
-              entry_timeout: float | None = None, ns: int | None = None) -> pyfuse3.EntryAttributes:
+              entry_timeout: float | None = None, ns: int | None = None,
+              owner: tuple[int, int] | None = None) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.st_mode = mode
         a.st_nlink = 2 if stat.S_ISDIR(mode) else 1
         a.st_size = size
-        a.st_uid, a.st_gid = self.uid, self.gid
+        a.st_uid, a.st_gid = owner or (self.uid, self.gid)
         a.st_blksize = spawn_request.WRITE_BLOCK
         a.st_blocks = (size + 511) // 512
         t = self.mounted_ns if ns is None else ns
@@ -125,37 +133,65 @@ class Operations(pyfuse3.Operations):
             return self.wsfs
         return None
 
+    def _unlinked_attr(self, inode: int) -> pyfuse3.EntryAttributes | None:
+        """fstat of a dev/fs file removed while still open (its name is gone,
+        its open descriptor is not: a temp file's usual life)."""
+        if self.wsfs is None or inode < WS_BASE:
+            return None
+        for h in self.handles.values():
+            if h.kind == "real" and h.ino == inode and h.fd >= 0:
+                return self.wsfs.from_fd(inode, h.fd)
+        return None
+
     def _proc(self, pid: int) -> Process:
         proc = self.kernel.table.get(pid)
         if proc is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return proc
 
+    def owner(self, proc: Process) -> tuple[int, int]:
+        """(uid, gid) of whoever spawned ``proc``: recorded at proc/new, else
+        its parent's (an agent's child), else the daemon's."""
+        found = self.owners.get(proc.pid)
+        if found is None:
+            parent = self.kernel.table.get(proc.ppid) if proc.ppid else None
+            found = self.owner(parent) if parent is not None else (self.uid, self.gid)
+            self.owners[proc.pid] = found
+        return found
+
+    def _record_owner(self, pid: int, owner: tuple[int, int]) -> None:
+        if len(self.owners) > 2 * len(self.kernel.table) + 64:  # forget reaped ones
+            self.owners = {p: o for p, o in self.owners.items() if p in self.kernel.table}
+        self.owners[pid] = owner
+
     def _proc_attr(self, proc: Process, k: int) -> pyfuse3.EntryAttributes:
         ino = I.pid_ino(proc.pid, k)
         created = int(proc.created * 1e9)
+        owner = self.owner(proc)
         if k in (I.K_DIR, I.K["fd"]):
-            return self._attr(ino, stat.S_IFDIR | 0o555, timeout=ENTRY_TIMEOUT, ns=created)
+            return self._attr(ino, stat.S_IFDIR | PROC_DIR_MODE, timeout=ENTRY_TIMEOUT, ns=created,
+                              owner=owner)
+        file_mode = stat.S_IFREG | PROC_FILE_MODE
         if k == I.K["intent"]:
-            return self._attr(ino, stat.S_IFREG | 0o444, size=len(proc.intent.encode()) + 1,
-                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=created)
+            return self._attr(ino, file_mode, size=len(proc.intent.encode()) + 1,
+                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=created, owner=owner)
         if k == I.K["result"] and not proc.alive:
             ns = int((proc.exited or proc.created) * 1e9)
-            return self._attr(ino, stat.S_IFREG | 0o444, size=len(self._render(proc, k)),
-                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=ns)
+            return self._attr(ino, file_mode, size=len(self._render(proc, k)),
+                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=ns, owner=owner)
         if k == I.K["trace"]:
-            return self._attr(ino, stat.S_IFREG | 0o444, size=len(proc.trace),
-                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+            return self._attr(ino, file_mode, size=len(proc.trace),
+                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
         if k == I.K["events"]:
-            return self._attr(ino, stat.S_IFREG | 0o444, size=len(proc.events),
-                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+            return self._attr(ino, file_mode, size=len(proc.events),
+                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
         if k == I.K["wait"]:
             size = 0 if proc.alive else len(proc.wait_line())
-            return self._attr(ino, stat.S_IFREG | 0o444, size=size,
-                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
-        mode = 0o644 if k == I.K["context"] else 0o600 if k == I.K["ctl"] else 0o444
+            return self._attr(ino, file_mode, size=size,
+                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
+        mode = PROC_WRITE_MODE if k in WRITABLE else PROC_FILE_MODE
         return self._attr(ino, stat.S_IFREG | mode, size=len(self._render(proc, k)),
-                          timeout=SNAPSHOT_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns())
+                          timeout=SNAPSHOT_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
 
     def _render(self, proc: Process, k: int) -> bytes:
         if k == I.K["status"]:
@@ -181,7 +217,14 @@ class Operations(pyfuse3.Operations):
 
     async def getattr(self, inode, ctx=None):
         if (real := self._real(inode)) is not None:
-            return real.getattr(inode)
+            try:
+                return real.getattr(inode)
+            except pyfuse3.FUSEError as exc:
+                if exc.errno != errno.ENOENT or (attr := self._unlinked_attr(inode)) is None:
+                    raise
+                return attr
+        if (attr := self._unlinked_attr(inode)) is not None:
+            return attr
         if self.mcp is not None and self.mcp.owns(inode):
             return await self.mcp.getattr(inode)
         kind, a, b = I.decode(inode)
@@ -192,7 +235,7 @@ class Operations(pyfuse3.Operations):
             if b not in proc.fds:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._attr(inode, stat.S_IFLNK | 0o777, size=len(proc.fds[b]),
-                              timeout=LIVE_TIMEOUT, entry_timeout=LIVE_TIMEOUT)
+                              timeout=LIVE_TIMEOUT, entry_timeout=LIVE_TIMEOUT, owner=self.owner(proc))
         if kind == "llm":
             if a >= len(self.llm_names):
                 raise pyfuse3.FUSEError(errno.ENOENT)
@@ -370,17 +413,19 @@ class Operations(pyfuse3.Operations):
         if (real := self._real(inode)) is not None:
             h = Handle("real")
             h.fd, h.ino = real.open(inode, flags), inode
-            return self._new_handle(h, direct_io=False, keep_cache=True)
+            # a hard-linked file may have changed through another name: no stale pages
+            shared = real is self.wsfs and os.fstat(h.fd).st_nlink > 1
+            return self._new_handle(h, direct_io=False, keep_cache=not shared)
         if self.mcp is not None and self.mcp.owns(inode):
             return await self._open_mcp(inode, flags, ctx)
         if inode == I.DEV_SHELL and self.shell_session is not None:
-            h = Handle("shell", caller=ctx.pid)
+            h = _opened(Handle("shell", caller=ctx.pid), ctx)
             h.conv = self.shell_session()
             return self._new_handle(h, nonseekable=True)
         kind, a, b = I.decode(inode)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY
         if inode == I.PROC_NEW:
-            h = Handle("new", caller=ctx.pid)
+            h = _opened(Handle("new", caller=ctx.pid), ctx)
             h.ppid = self.kernel.agent_of(ctx.pid) or 0
             return self._new_handle(h, nonseekable=True)
         if kind == "llm":
@@ -388,7 +433,7 @@ class Operations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.ENOENT)
             name = self.llm_names[a]
             conv = Conversation(self.providers.get(name), self.nursery, f"/dev/llm/{name}")
-            return self._new_handle(Handle("llm", caller=ctx.pid, conv=conv), nonseekable=True)
+            return self._new_handle(_opened(Handle("llm", caller=ctx.pid, conv=conv), ctx), nonseekable=True)
         if kind != "pid" or b in (I.K_DIR, I.K["fd"]):
             raise pyfuse3.FUSEError(errno.EISDIR if kind != "fd" else errno.ELOOP)
         proc = self._proc(a)
@@ -400,7 +445,7 @@ class Operations(pyfuse3.Operations):
             return self._new_handle(Handle("file", proc=proc, k=b, data=data),
                                     direct_io=not cached, keep_cache=cached)
         kind = "wait" if b == I.K["wait"] else "stream"
-        return self._new_handle(Handle(kind, proc=proc, k=b, caller=ctx.pid))
+        return self._new_handle(_opened(Handle(kind, proc=proc, k=b, caller=ctx.pid), ctx))
 
     async def _open_mcp(self, inode: int, flags: int, ctx):
         """dev/mcp files: snapshots (status, schema, resources, prompts), the
@@ -413,12 +458,12 @@ class Operations(pyfuse3.Operations):
         if writing and not attr.st_mode & stat.S_IWUSR:
             raise pyfuse3.FUSEError(errno.EACCES)
         if parts[1] == "ctl":
-            return self._new_handle(Handle("mcpctl", data=parts[0].encode()), nonseekable=True)
+            return self._new_handle(_opened(Handle("mcpctl", data=parts[0].encode()), ctx), nonseekable=True)
         if parts[1] == "tools" and parts[3] == "call":
             server = self.mcp.devices.get(parts[0])
             call = ToolCall(server, parts[2], self.nursery)
-            return self._new_handle(Handle("call", caller=ctx.pid, conv=call), nonseekable=True)
-        h = Handle("file", caller=ctx.pid)
+            return self._new_handle(_opened(Handle("call", caller=ctx.pid, conv=call), ctx), nonseekable=True)
+        h = _opened(Handle("file", caller=ctx.pid), ctx)
         h.data = await self._interruptible(h, lambda: self.mcp.snapshot(parts))
         return self._new_handle(h)
 
@@ -439,10 +484,8 @@ class Operations(pyfuse3.Operations):
         """Run a read that may wait, in a cancel scope watched every
         POLL_INTERVAL for a signal to the reader (and cancelled by
         ``interrupt_all`` at shutdown): then it is EINTR."""
-        try:
-            self.blocking.acquire_nowait()
-        except trio.WouldBlock:
-            raise pyfuse3.FUSEError(errno.EAGAIN) from None
+        if not self.slots.acquire(handle.uid):
+            raise pyfuse3.FUSEError(errno.EAGAIN)
         outcome: dict = {}
         scope = trio.CancelScope()
         self._waits.add(scope)
@@ -465,7 +508,7 @@ class Operations(pyfuse3.Operations):
                     nursery.start_soon(run)
         finally:
             self._waits.discard(scope)
-            self.blocking.release()
+            self.slots.release(handle.uid)
         if "error" in outcome:
             raise outcome["error"]
         if "value" in outcome:
@@ -602,6 +645,8 @@ class Operations(pyfuse3.Operations):
         except SyscallError as exc:
             h.out += f"error: {exc.cause}\n".encode()
             raise
+        parent = self.kernel.table.get(h.ppid) if h.ppid else None
+        self._record_owner(proc.pid, self.owner(parent) if parent is not None else (h.uid, h.gid))
         h.out += f"{proc.pid}\n".encode()
 
     async def flush(self, fh):
@@ -617,19 +662,40 @@ class Operations(pyfuse3.Operations):
     async def _refuse(self, *args, **kwargs):
         raise pyfuse3.FUSEError(errno.EACCES)
 
-    mknod = link = _refuse
-
     async def symlink(self, parent_inode, name, target, ctx):
         if self.pt.owns(parent_inode):
             return self.pt.symlink(parent_inode, name, target)
         if self.wsfs is None or not self.wsfs.owns(parent_inode):
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.symlink(parent_inode, name, target)
+        return self.wsfs.symlink(parent_inode, name, target, ctx)
+
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        if self.wsfs is None or not self.wsfs.owns(new_parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        if not self.wsfs.owns(inode):
+            raise pyfuse3.FUSEError(errno.EXDEV)
+        entry = self.wsfs.link(inode, new_parent_inode, new_name)
+        # the old name's cached attributes (nlink, and soon size) are now stale;
+        # told after this reply, outside the request that holds the inode
+        self.nursery.start_soon(self._invalidate_attr, inode)
+        return entry
+
+    async def _invalidate_attr(self, inode: int) -> None:
+        try:
+            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
+        except OSError:  # forgotten meanwhile: nothing to refresh
+            pass
+
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        return self.wsfs.mknod(parent_inode, name, mode, ctx)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        fd, attr = real.create(parent_inode, name, mode, flags)
+        fd, attr = (real.create(parent_inode, name, mode, flags, ctx) if real is self.wsfs
+                    else real.create(parent_inode, name, mode, flags))
         h = Handle("real")
         h.fd, h.ino = fd, attr.st_ino
         return self._new_handle(h, direct_io=False, keep_cache=True), attr
@@ -637,6 +703,8 @@ class Operations(pyfuse3.Operations):
     async def mkdir(self, parent_inode, name, mode, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
+        if real is self.wsfs:
+            return real.mkdir(parent_inode, name, mode, ctx)
         return real.mkdir(parent_inode, name, mode)
 
     async def unlink(self, parent_inode, name, ctx):
@@ -706,6 +774,46 @@ class Operations(pyfuse3.Operations):
         s.f_namemax = 255
         s.f_files = len(self.kernel.table) + 16
         return s
+
+
+def _opened(h: Handle, ctx) -> Handle:
+    h.uid, h.gid = ctx.uid, ctx.gid
+    return h
+
+
+class BlockingSlots:
+    """Reads that wait hold one of ``total`` slots, counted per uid so one
+    user cannot take another's: the daemon's own user may use all but a
+    quarter, which is kept for other users (each at most a quarter of it)."""
+
+    def __init__(self, total: int, *, owner: int):
+        self.total, self.owner = total, owner
+        self.others_cap = total // 4
+        self.per_other = max(1, self.others_cap // 4) if self.others_cap else 0
+        self.held: dict[int, int] = {}
+        self.others = 0
+        self.mine = 0
+
+    def acquire(self, uid: int) -> bool:
+        if uid == self.owner:
+            if self.mine >= self.total - self.others_cap:
+                return False
+            self.mine += 1
+            return True
+        if self.others >= self.others_cap or self.held.get(uid, 0) >= self.per_other:
+            return False
+        self.others += 1
+        self.held[uid] = self.held.get(uid, 0) + 1
+        return True
+
+    def release(self, uid: int) -> None:
+        if uid == self.owner:
+            self.mine -= 1
+            return
+        self.others -= 1
+        self.held[uid] -= 1
+        if not self.held[uid]:
+            del self.held[uid]
 
 
 def _text(buf: bytes, what: str) -> str:

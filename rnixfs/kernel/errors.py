@@ -23,6 +23,9 @@ class Code(str, Enum):
     TOO_BIG = "TOO_BIG"
     INTERRUPTED = "INTERRUPTED"
     AGAIN = "AGAIN"
+    # The state store cannot take writes (see README.md, "State directory").
+    NO_SPACE = "NO_SPACE"
+    READ_ONLY = "READ_ONLY"
 
 
 ERRNO = {
@@ -37,6 +40,8 @@ ERRNO = {
     Code.TOO_BIG: errno.EFBIG,
     Code.INTERRUPTED: errno.EINTR,
     Code.AGAIN: errno.EAGAIN,
+    Code.NO_SPACE: errno.ENOSPC,
+    Code.READ_ONLY: errno.EROFS,
 }
 
 

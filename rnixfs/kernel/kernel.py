@@ -151,6 +151,7 @@ class Kernel:
             plan.allowed_tools = intersect(plan.allowed_tools, parent.allowed_tools) or [NO_TOOLS]
         if self._nursery is None:
             raise SyscallError(Code.INTERNAL, "kernel is not running", syscall="Spawn")
+        self.store.check_writable()  # a degraded store refuses spawns (ENOSPC/EROFS)
         if parent is not None:
             self._check_child_limits(parent)
         budget = self._budget(req, plan)
