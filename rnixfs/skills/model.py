@@ -66,7 +66,8 @@ class Skill:
     allowed_tools_declared: list[str] = field(default_factory=list)
     allowed_tools: list[str] = field(default_factory=list)
     synergy: list[dict] = field(default_factory=list)
-    source: str = ""                # "builtin" when extracted from the package, else ""
+    source: str = ""                # "builtin" when extracted from the package, "community" when installed
+    installed_version: str = ""     # the version its .registry.yaml records (installed packages)
     error: str | None = None        # skip reason; None = loadable
     lenient: list[LenientWarning] = field(default_factory=list)
     confine: str | None = None      # realpath the copy must stay inside (project scope)
@@ -80,6 +81,8 @@ class Skill:
 
     @property
     def version(self) -> str:
+        if self.installed_version:
+            return self.installed_version
         v = self.metadata.get("version", "")
         return v if isinstance(v, str) else ""
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import Skill, SkillInvalid, SkillNotFound, is_within
+from .packages.registry_file import apply_package_info
 from .parse import LenientWarning, goquote
 from .trust import TrustWarning, check_trust, trust_line
 
@@ -376,6 +377,8 @@ def resolve_skills(
             if win is None:
                 if root.scope == USER and root.namespace == NATIVE and name in builtin_dirs:
                     skill.source = "builtin"
+                else:
+                    apply_package_info(skill)      # installed packages: VERSION, SOURCE
                 winners[name] = skill.load_metadata()
             else:
                 shadowed.setdefault(name, []).append(skill)
