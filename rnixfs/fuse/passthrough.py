@@ -82,6 +82,9 @@ class Passthrough:
         name, _, rest = rel.partition("/")
         base = self.real(root, name)
         ws = self._ws.get(base)
+        if ws is not None and not _same_dir(ws, base):   # replaced on disk (skill update)
+            ws.close()
+            ws = None
         if ws is None:
             try:
                 ws = Workspace(base)
@@ -295,6 +298,16 @@ class Passthrough:
         if not rel or "/" in rel:
             return {}
         return self.trees[root][1].xattrs(rel)
+
+
+def _same_dir(ws: Workspace, base: Path) -> bool:
+    """Is the directory the cached Workspace holds still the one at ``base``?
+    An atomic swap (``skill update``) puts a new directory there."""
+    try:
+        a, b = os.stat(base), os.fstat(ws._root_fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 async def pread(fd: int, size: int, off: int) -> bytes:
