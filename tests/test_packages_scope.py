@@ -152,3 +152,12 @@ def test_agent_create_and_skill_edits_keep_comments(tmp_path):
     assert r.returncode != 0 and "not in the agent's skills" in r.stderr
     assert sb.run("agent", "skill", "add", "reviewer", "Bad Name").returncode != 0
     assert sb.run("agent", "skill", "list", "nobody").returncode != 0
+
+
+def test_create_and_delete_are_audited(tmp_path):
+    sb = Sandbox(tmp_path)
+    assert sb.run("skill", "create", "noted").returncode == 0
+    assert sb.run("skill", "delete", "noted").returncode == 0
+    lines = [(a["action"], a["skill"], a["scope"], a["outcome"]) for a in sb.audit()]
+    assert lines == [("create", "noted", "project", "ok"), ("delete", "noted", "project", "ok")]
+    assert oct((sb.state / "audit.jsonl").stat().st_mode & 0o777) == "0o600"
