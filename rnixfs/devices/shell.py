@@ -322,6 +322,9 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
     before ``Cancelled`` propagates.
     """
     command = _check_command(command)
+    from ..skills.packages.guard import blocked_script   # installed skills' scripts (docs/packages.md)
+    if (why := blocked_script(command, cwd)) is not None:
+        raise _err(Code.PERMISSION, why)
     if env is None:
         env = dict(os.environ)
     limit = math.inf if not timeout or timeout <= 0 else float(timeout)
