@@ -332,3 +332,56 @@ def test_concurrent_installs_of_one_skill(sb, pkg_registry):
     with ThreadPoolExecutor(4) as ex:
         results = list(ex.map(lambda _: sb.run("skill", "install", "busy", "-g"), range(4)))
     assert sorted(r.returncode for r in results) == [0, 6, 6, 6]
+
+
+def _pty_run(sb, args, answer: bytes | None, prompt: bytes = b"[y/N]"):
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # a real width
+    p = subprocess.Popen([sys.executable, "-m", "rnixfs.cli", *args], stdin=slave, stdout=slave,
+                         stderr=slave, env=sb.env, cwd=sb.project, close_fds=True)
+    os.close(slave)
+    out = b""
+    answered = False
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if answer is not None and not answered and prompt in out:
+            os.write(master, answer)
+            answered = True
+        if p.poll() is not None and not r:
+            break
+    p.wait(timeout=30)
+    os.close(master)
+    return p.returncode, out.decode("utf-8", "replace")
+
+
+def test_tty_prompt_lists_scripts_and_progress_bar(sb, pkg_registry):
+    files = {"SKILL.md": skill_md("ttyskill"), "scripts/run.sh": SCRIPT,
+             "assets/blob.bin": os.urandom(400_000)}
+    pkg_registry.add_skill("ttyskill", files)
+    code, out = _pty_run(sb, ["skill", "install", "ttyskill"], b"n\n")
+    assert code == 8 and "scripts/run.sh" in out and "declined" in out, out
+    assert not (sb.roots["pn"] / "ttyskill").exists()
+    code, out = _pty_run(sb, ["skill", "install", "ttyskill"], b"y\n")
+    assert code == 0 and "Installed ttyskill" in out, out
+    assert "B/s" in out or "%|" in out, out          # tqdm drew a bar on the terminal
+    r = sb.run("skill", "install", "ttyskill", "--force", "--yes")
+    assert r.returncode == 0 and "B/s" not in r.stderr + r.stdout    # quiet off a TTY
