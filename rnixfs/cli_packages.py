@@ -28,6 +28,17 @@ from .skills.resolve import dumps
 GITHUB_API_DEFAULT = "https://api.github.com"
 
 
+def _terminate_cleanly() -> None:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so work directories are removed and
+    an interrupted install or update leaves the previous state as it was."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def _die(exc: Exception, as_json: bool) -> None:
     code = getattr(exc, "code", "ERROR")
     exit_code = getattr(exc, "exit_code", 1)
@@ -115,6 +126,7 @@ def skill_install(refs, global_, shared, force, all_, allow_scripts, yes, regist
                   project, config_dir):
     """Install skills from a registry NAME, prefix:NAME, github:owner/repo[/path][@ref],
     owner/repo, an https archive or index origin, a git URL, or a local path."""
+    _terminate_cleanly()
     results = []
     try:
         cfg = _config(config_dir)
@@ -147,6 +159,7 @@ def skill_install(refs, global_, shared, force, all_, allow_scripts, yes, regist
 @_opts
 def skill_update(names, allow_scripts, yes, registry, headers, as_json, project, config_dir):
     """Update installed skills (all, or NAME...) from where they came from, in place."""
+    _terminate_cleanly()
     results, failures = [], []
     try:
         cfg = _config(config_dir)

@@ -385,3 +385,51 @@ def test_tty_prompt_lists_scripts_and_progress_bar(sb, pkg_registry):
     assert "B/s" in out or "%|" in out, out          # tqdm drew a bar on the terminal
     r = sb.run("skill", "install", "ttyskill", "--force", "--yes")
     assert r.returncode == 0 and "B/s" not in r.stderr + r.stdout    # quiet off a TTY
+
+
+def test_interrupted_update_leaves_the_previous_state(sb, pkg_registry):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pkg_registry.add_skill("steady", files_v("steady", "1.0.0"), version="1.0.0")
+    assert sb.run("skill", "install", "steady").returncode == 0
+    before = snapshot(*sb.roots.values())
+    pkg_registry.add_skill("steady", files_v("steady", "2.0.0"), version="2.0.0")
+    pkg_registry.faults["/pkg/steady"] = "slow"
+    pkg_registry.slow_seconds = 30
+    pkg_registry.requests.clear()
+    p = subprocess.Popen([sys.executable, "-m", "rnixfs.cli", "skill", "update", "steady"], cwd=sb.project,
+                         env=sb.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    root = sb.roots["pn"]
+    deadline = time.monotonic() + 60
+    while not (any(n.startswith(".rnix-pkg-") for n in os.listdir(root)) and
+               any(path.startswith("/pkg/steady") for path, _ in pkg_registry.requests)):
+        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+    assert p.returncode == 128 + signal.SIGTERM
+    assert snapshot(*sb.roots.values()) == before
+
+
+def test_hostile_index_entries(sb, pkg_registry):
+    before = snapshot(*sb.roots.values())
+    for files in ([{"path": "../evil", "digest": sha(b"x")}, {"path": "SKILL.md", "digest": sha(b"y")}],
+                  [{"path": "/etc/passwd", "digest": sha(b"x")}],
+                  [{"path": "README.md", "digest": sha(b"x")}],
+                  [{"path": "SKILL.md", "digest": "md5:abc"}], []):
+        pkg_registry.index_override = {"version": "0.2.0", "skills": [
+            {"name": "bad", "description": "d", "digest": sha(b"z"), "files": files}]}
+        r = sb.run("skill", "install", "bad")
+        assert r.returncode == 4 and "unusable" in r.stderr, r.stderr
+    pkg_registry.index_override = {"version": "0.2.0", "skills": [
+        {"name": "../../evil", "description": "d", "digest": sha(b"z"),
+         "files": [{"path": "SKILL.md", "digest": sha(b"y")}]}]}
+    assert sb.run("skill", "install", pkg_registry.url, "--all").returncode == 4
+    pkg_registry.index_override = ["not", "an", "index"]
+    r = sb.run("skill", "install", "bad")
+    assert r.returncode == 4 and "not a skills index" in r.stderr
+    assert snapshot(*sb.roots.values()) == before
+    assert not (sb.tmp / "evil").exists()
