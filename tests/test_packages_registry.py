@@ -1,7 +1,6 @@
 """Skill packages from a real HTTP registry on 127.0.0.1, through the real CLI."""
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -433,3 +432,19 @@ def test_hostile_index_entries(sb, pkg_registry):
     assert r.returncode == 4 and "not a skills index" in r.stderr
     assert snapshot(*sb.roots.values()) == before
     assert not (sb.tmp / "evil").exists()
+
+
+def test_name_mismatch_in_archives_and_repos_rolls_back(sb, pkg_registry):
+    before = snapshot(*sb.roots.values())
+    url = pkg_registry.add_blob("/dl/liar.zip", make_zip({"SKILL.md": skill_md("liar", declared="honest")},
+                                                         top="liar"))
+    r = sb.run("skill", "install", url)
+    assert r.returncode == 4 and "strict validation" in r.stderr and "honest" in r.stderr, r.stderr
+    pkg_registry.add_repo("acme", "liar", {"skills/liar/SKILL.md": skill_md("liar", declared="honest")})
+    r = sb.run("skill", "install", "github:acme/liar")
+    assert r.returncode == 4 and "strict validation" in r.stderr
+    assert snapshot(*sb.roots.values()) == before
+    # a SKILL.md at the root of a repository takes its own name
+    pkg_registry.add_repo("acme", "rooted", {"SKILL.md": skill_md("rooted-skill")})
+    assert sb.run("skill", "install", "acme/rooted").returncode == 0
+    assert (sb.roots["pn"] / "rooted-skill" / "SKILL.md").is_file()

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.pkg_registry import skill_md
-from tests.pkgutil import Sandbox, pkg_registry, snapshot  # noqa: F401
+from tests.pkgutil import Sandbox, pkg_registry  # noqa: F401
 
 TABLE = [
     # flags,            inside,  outside

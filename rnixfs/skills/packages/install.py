@@ -253,6 +253,7 @@ class Packages:
     def install(self, ref: str, scope: ScopePath, *, force: bool = False, all_: bool = False,
                 allow_scripts: bool = False, confine: Path | None = None) -> list[Result]:
         results: list[Result] = []
+        src = None
         try:
             src = parse_ref(ref, self.ctx)
             with self._workdir(scope.path, confine) as work:
@@ -269,7 +270,7 @@ class Packages:
                     self._audit("install", f.name, scope, "ok", f=f, scripts_allowed=bool(allow_scripts))
                     results.append(r)
         except PackageError as exc:
-            self._audit("install", ref, scope, "error", source=getattr(locals().get("src"), "kind", ""),
+            self._audit("install", ref, scope, "error", source=src.kind if src is not None else "",
                         url=ref, scripts_allowed=bool(allow_scripts), error=str(exc))
             raise
         except OSError as exc:

@@ -21,7 +21,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..parse import check_name
 from .archive import DEFAULT_LIMITS, Limits, extract
-from .discover import Found, find_in_tree
+from .discover import find_in_tree
 from .errors import NetworkError, NotFound, UnsafeArchive, UsageError, VerificationFailed
 from .fetch import Fetcher, check_url
 from .index import Index, IndexEntry, load_index
@@ -236,10 +236,16 @@ def tree_fetched(ctx: Context, tree: Path, path: str | None, all_: bool, work: P
     found = find_in_tree(tree, path, url)
     if want is not None:
         found = [f for f in found if f.name == want] or found[:1]
-    found = _choose(found, lambda f: f.name, all_, url)
+    unique: dict[str, object] = {}
+    for f in found:                       # the same name twice: the first place searched wins
+        unique.setdefault(f.name, f)
+    found = _choose(list(unique.values()), lambda f: f.name, all_, url)
     out = []
     for f in found:
-        name = f.name if not check_name(f.name) else f.path.name
+        # A skill in its own directory is installed under that directory's name,
+        # so a frontmatter name that disagrees fails strict validation (rolled
+        # back); only a SKILL.md at the root of the tree takes its own name.
+        name = f.path.name if f.rel or check_name(f.name) else f.name
         dest = Path(_mkwork(work)) / name
         if move:
             os.rename(f.path, dest)
