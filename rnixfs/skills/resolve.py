@@ -377,9 +377,9 @@ def resolve_skills(
             if win is None:
                 if root.scope == USER and root.namespace == NATIVE and name in builtin_dirs:
                     skill.source = "builtin"
-                else:
-                    apply_package_info(skill)      # installed packages: VERSION, SOURCE
                 winners[name] = skill.load_metadata()
+                if skill.valid and skill.source != "builtin":
+                    apply_package_info(skill)      # installed packages: VERSION, SOURCE
             else:
                 shadowed.setdefault(name, []).append(skill)
                 diag.warnings.append(ShadowWarning(name, str(win.path), win.scope, win.namespace,
