@@ -448,3 +448,19 @@ def test_name_mismatch_in_archives_and_repos_rolls_back(sb, pkg_registry):
     pkg_registry.add_repo("acme", "rooted", {"SKILL.md": skill_md("rooted-skill")})
     assert sb.run("skill", "install", "acme/rooted").returncode == 0
     assert (sb.roots["pn"] / "rooted-skill" / "SKILL.md").is_file()
+
+
+def test_registries_yaml_list_form_and_default(sb, pkg_registry):
+    pkg_registry.add_skill("listed")
+    sb.cfg.mkdir(parents=True, exist_ok=True)
+    regs = sb.cfg / "registries.yaml"
+    regs.write_text(f"default: corp\nregistries:\n  - name: corp\n    url: {pkg_registry.url}/\n")
+    os.chmod(regs, 0o600)
+    r = sb.run("skill", "install", "listed", env={"RNIXFS_REGISTRY": ""})
+    assert r.returncode == 0, r.stderr
+    assert "registry: corp" in (sb.roots["pn"] / "listed" / ".registry.yaml").read_text()
+    code, out = sb.json("skill", "search", env={"RNIXFS_REGISTRY": ""})
+    assert code == 0 and [s["name"] for s in out["data"]["skills"]] == ["listed"]
+    regs.write_text("registries: [{url: x}]\n")
+    r = sb.run("skill", "install", "listed", "--force", env={"RNIXFS_REGISTRY": ""})
+    assert r.returncode == 2 and "needs a name" in r.stderr

@@ -9,6 +9,8 @@
         headers:                 # optional; values may use ${ENV}
           Authorization: "Bearer ${R9S_TOKEN}"
 
+(``registries`` may also be a list of ``{name, url, headers}``.)
+
 The file may hold tokens, so it must be mode 0600 (no group/other bits) or
 it is refused. ``r9s:NAME`` installs NAME from the registry called r9s.
 """
@@ -77,6 +79,10 @@ def load_registries(config_dir: Path) -> Registries:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: must be a mapping with 'registries'")
     regs = data.get("registries") or {}
+    if isinstance(regs, list):             # also accepted: a list of {name, url, headers}
+        if not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in regs):
+            raise UsageError(f"{path}: each entry of 'registries' needs a name")
+        regs = {r["name"]: {k: v for k, v in r.items() if k != "name"} for r in regs}
     if not isinstance(regs, dict):
         raise UsageError(f"{path}: 'registries' must be a mapping of name -> {{url, headers}}")
     out = Registries(default=data.get("default"))
