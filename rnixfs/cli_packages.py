@@ -39,9 +39,20 @@ def _terminate_cleanly() -> None:
         signal.signal(sig, stop)
 
 
+HINTS = {
+    "VERIFICATION_FAILED": "nothing was installed; the package does not match what its publisher "
+                           "signed off - report it to them rather than retrying",
+    "UNSAFE_ARCHIVE": "nothing was installed; the archive is unsafe - report it to its publisher",
+    "NETWORK_ERROR": "nothing was installed; check the URL and your connection, then retry",
+}
+
+
 def _die(exc: Exception, as_json: bool) -> None:
     code = getattr(exc, "code", "ERROR")
     exit_code = getattr(exc, "exit_code", 1)
+    hint = HINTS.get(code)
+    if hint and "nothing was installed" not in str(exc):
+        exc = type(exc)(f"{exc} ({hint})")
     if as_json:
         click.echo(dumps({"ok": False, "error": {"code": code, "message": str(exc), "exit_code": exit_code}}))
     else:
