@@ -47,14 +47,17 @@ HINTS = {
 }
 
 
-def _die(exc: Exception, as_json: bool) -> None:
+def _die(exc: Exception, as_json: bool, data: dict | None = None) -> None:
     code = getattr(exc, "code", "ERROR")
     exit_code = getattr(exc, "exit_code", 1)
     hint = HINTS.get(code)
     if hint and "nothing was installed" not in str(exc):
         exc = type(exc)(f"{exc} ({hint})")
     if as_json:
-        click.echo(dumps({"ok": False, "error": {"code": code, "message": str(exc), "exit_code": exit_code}}))
+        out = {"ok": False, "error": {"code": code, "message": str(exc), "exit_code": exit_code}}
+        if data:
+            out["data"] = data          # what was done before the error (several REFs)
+        click.echo(dumps(out))
     else:
         click.echo(f"{PREFIX} error: {exc}", err=True)
     sys.exit(exit_code)
@@ -155,7 +158,9 @@ def skill_install(refs, global_, shared, force, all_, allow_scripts, yes, regist
         finally:
             ctx.fetcher.close()
     except (PackageError, SkillError) as exc:
-        _die(exc, as_json)
+        if results and not as_json:
+            click.echo(f"{PREFIX} {len(results)} skill(s) were installed before the error", err=True)
+        _die(exc, as_json, {"installed": [r.to_json() for r in results]} if results else None)
     if as_json:
         click.echo(dumps({"ok": True, "data": {"installed": [r.to_json() for r in results],
                                                "warnings": ctx.warnings}}))
@@ -234,10 +239,11 @@ def skill_check(names, registry, headers, as_json, project, config_dir):
             "skills": [r.to_json() for r in rows],
             "failed": [{"name": n, "code": e.code, "message": str(e)} for n, e in failures]}}))
     else:
-        row = "{} {:<20} {:<10} {:<16} {}"
+        row = "{} {:<20} {:<10} {:<26} {}"
         click.echo(row.format(PREFIX, "NAME", "VERSION", "STATUS", "SOURCE").rstrip())
         for r in rows:
-            click.echo(row.format(PREFIX, r.name, r.version or "-", r.outcome, r.url).rstrip())
+            status = r.outcome + (" (modified)" if r.modified else "")
+            click.echo(row.format(PREFIX, r.name, r.version or "-", status, r.url).rstrip())
         for n, e in failures:
             click.echo(f"{PREFIX} error: {n}: {e}", err=True)
     if failures:
@@ -350,6 +356,10 @@ def agent_create(name, skills, model, provider, description, global_, config_dir
     proj = None if global_ else _project_for(project)
     base = write_scope(proj, cfg, "agents")
     names = [s.strip() for s in skills.split(",") if s.strip()]
+    from .skills.parse import check_name
+    for s in names:
+        if check_name(s):
+            raise click.ClickException(f"invalid skill name {s!r}: {check_name(s)[0]}")
     try:
         path = create_agent(name, base.path, skills=names, model=model, provider=provider,
                             description=description)

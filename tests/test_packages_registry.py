@@ -464,3 +464,17 @@ def test_registries_yaml_list_form_and_default(sb, pkg_registry):
     regs.write_text("registries: [{url: x}]\n")
     r = sb.run("skill", "install", "listed", "--force", env={"RNIXFS_REGISTRY": ""})
     assert r.returncode == 2 and "needs a name" in r.stderr
+
+
+def test_check_reports_local_edits_and_partial_json(sb, pkg_registry):
+    pkg_registry.add_skill("edited")
+    assert sb.run("skill", "install", "edited").returncode == 0
+    (sb.roots["pn"] / "edited" / "NOTES.md").write_text("mine\n")
+    code, out = sb.json("skill", "check", "edited")
+    assert code == 0 and out["data"]["skills"][0]["modified"] is True
+    assert out["data"]["skills"][0]["outcome"] == "up-to-date"
+    assert "(modified)" in sb.run("skill", "check").stdout
+    # several REFs: what was installed before a failure is reported
+    pkg_registry.add_skill("first")
+    code, out = sb.json("skill", "install", "first", "missing-one")
+    assert code == 3 and [r["name"] for r in out["data"]["installed"]] == ["first"]

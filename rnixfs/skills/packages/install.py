@@ -28,6 +28,7 @@ from .audit import audit, now_iso
 from .errors import AlreadyInstalled, ConfirmationRequired, NotFound, PackageError, UsageError, VerificationFailed
 from .registry_file import read_record, write_record
 from .sources import Context, Fetched, RegistrySource, parse_ref, source_from_origin
+from .verify import skill_digest, tree_digests
 
 WORK_PREFIX = ".rnix-pkg-"
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -156,6 +157,7 @@ class Result:
     version: str = ""
     digest: str = ""
     latest: str = ""
+    modified: bool = False      # check: the installed files differ from what was installed
     source: str = ""
     url: str = ""
     verified: bool = False
@@ -355,6 +357,7 @@ class Packages:
                 latest = next((x.digest for x in fetched if x.name == s.name), "")
         base.latest = latest
         base.outcome = "up-to-date" if latest == base.digest else "update-available"
+        base.modified = skill_digest(tree_digests(Path(s.path))) != base.digest
         return base
 
     def remove(self, resolution, name: str, scope: ScopePath | None = None) -> Result:
