@@ -391,6 +391,25 @@ def _split_fragment(ref: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(fragment="")), parts.fragment
 
 
+def _github_web_url(ref: str) -> GithubSource | None:
+    """``https://github.com/o/r[/tree/REF[/path]]`` as users copy it from a browser."""
+    parts = urlsplit(ref)
+    if parts.scheme != "https" or parts.hostname not in ("github.com", "www.github.com"):
+        return None
+    segs = [s for s in parts.path.split("/") if s]
+    if len(segs) < 2 or segs[1].endswith(".git"):
+        return None
+    owner, repo = segs[0], segs[1]
+    ref_, path = None, None
+    if len(segs) >= 4 and segs[2] == "tree":
+        ref_, path = segs[3], "/".join(segs[4:]) or None
+    elif len(segs) > 2:
+        return None
+    if not GITHUB_RE.fullmatch(f"{owner}/{repo}"):
+        return None
+    return GithubSource(owner, repo, path, ref_)
+
+
 def parse_ref(ref: str, ctx: Context) -> Source:
     """What the user typed -> a Source (no network)."""
     if not ref or "\x00" in ref or "\n" in ref:
@@ -404,6 +423,9 @@ def parse_ref(ref: str, ctx: Context) -> Source:
         url, frag = _split_fragment(ref) if "#" in ref else (ref, "")
         gref, _, path = frag.partition(":")
         return GitSource(url, gref or None, path or None)
+    gh = _github_web_url(ref)
+    if gh is not None:
+        return gh
     if ref.startswith(("https://", "http://")):
         url, frag = _split_fragment(ref)
         check_url(url)
@@ -417,6 +439,8 @@ def parse_ref(ref: str, ctx: Context) -> Source:
         return RegistrySource(url, url, frag or None)
     if ref.startswith(("./", "../", "/", "~")) or os.path.lexists(ref):
         return LocalSource(Path(os.path.abspath(os.path.expanduser(ref))))
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", ref):
+        raise UsageError(f"{ref}: unsupported URL scheme (use https://, a git URL, github:, or a path)")
     if ":" in ref:
         prefix, _, name = ref.partition(":")
         reg = ctx.registries.named.get(prefix)
