@@ -160,7 +160,15 @@ def skill_install(refs, global_, shared, force, all_, allow_scripts, yes, regist
     except (PackageError, SkillError) as exc:
         if results and not as_json:
             click.echo(f"{PREFIX} {len(results)} skill(s) were installed before the error", err=True)
-        _die(exc, as_json, {"installed": [r.to_json() for r in results]} if results else None)
+        data = {"installed": [r.to_json() for r in results]} if results else {}
+        names = getattr(exc, "names", None)
+        if names:                    # a source with several skills: list them
+            data["available"] = names
+            if not as_json:
+                click.echo(f"{PREFIX} Available skills (install one by path or name, or pass --all):")
+                for n in names:
+                    click.echo(f"{PREFIX}   {n}")
+        _die(exc, as_json, data or None)
     if as_json:
         click.echo(dumps({"ok": True, "data": {"installed": [r.to_json() for r in results],
                                                "warnings": ctx.warnings}}))

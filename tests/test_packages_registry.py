@@ -295,6 +295,9 @@ def test_github_tarball(sb, pkg_registry):
     pkg_registry.add_repo("acme", "solo", {"SKILL.md": skill_md("solo")}, ref="main")
     r = sb.run("skill", "install", "github:acme/skills@v1")
     assert r.returncode == 2 and "alpha, beta" in r.stderr
+    assert "[skill]   alpha" in r.stdout and "[skill]   beta" in r.stdout
+    code, out = sb.json("skill", "install", "github:acme/skills@v1")
+    assert code == 2 and out["data"]["available"] == ["alpha", "beta"]
     r = sb.run("skill", "install", "github:acme/skills/skills/beta@v1")
     assert r.returncode == 0, r.stderr
     rec = (sb.roots["pn"] / "beta" / ".registry.yaml").read_text()

@@ -20,6 +20,14 @@ class UsageError(PackageError):
     code, exit_code = "USAGE", 2
 
 
+class SeveralSkills(UsageError):
+    """A source holds several skills and none was named; ``names`` lists them."""
+
+    def __init__(self, message: str, names: list[str]):
+        super().__init__(message)
+        self.names = names
+
+
 class NotFound(PackageError):
     code, exit_code = "NOT_FOUND", 3
 

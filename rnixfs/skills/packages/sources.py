@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ..parse import check_name
 from .archive import DEFAULT_LIMITS, Limits, extract
 from .discover import find_in_tree
-from .errors import NetworkError, NotFound, UnsafeArchive, UsageError, VerificationFailed
+from .errors import NetworkError, NotFound, SeveralSkills, UnsafeArchive, UsageError, VerificationFailed
 from .fetch import Fetcher, check_url
 from .index import Index, IndexEntry, load_index
 from .registries import Registries
@@ -189,8 +189,9 @@ def _choose(items: list, name_of, all_: bool, source: str) -> list:
         raise NotFound(f"{source}: holds no skills")
     if len(items) == 1 or all_:
         return items
-    names = ", ".join(name_of(i) for i in items[:20])
-    raise UsageError(f"{source} holds {len(items)} skills ({names}); name one or pass --all")
+    names = [name_of(i) for i in items]
+    raise SeveralSkills(f"{source} holds {len(items)} skills ({', '.join(names[:20])}); "
+                        "name one or pass --all", names)
 
 
 # --- trees: GitHub tarballs, https archives, git repositories, local paths ---------------
