@@ -32,12 +32,18 @@ def test_guard_words(tmp_path):
     assert sb.run("skill", "install", str(local_skill(src, "locked"))).returncode == 0
     assert sb.run("skill", "install", str(local_skill(src, "open")), "--allow-scripts").returncode == 0
     proj = sb.project
-    for cmd in ("./.rnix/skills/locked/scripts/run.sh", "bash .rnix/skills/locked/scripts/run.sh",
-                "cd /tmp && sh " + str(proj / ".rnix/skills/locked/scripts/run.sh"),
-                "X=.rnix/skills/locked/scripts/run.sh true", "echo hi; python3 '.rnix/skills/locked/SKILL.md'"):
+    locked = ".rnix/skills/locked/scripts/run.sh"
+    for cmd in (f"./{locked}", f"bash {locked}", f"cd /tmp && sh {proj / locked}",
+                "echo hi; python3 '.rnix/skills/locked/SKILL.md'", f"FOO=1 ./{locked} arg",
+                f"env -i A=b {locked}", f"timeout 5 bash -x {locked}", f"if true; then ./{locked}; fi",
+                f"source {locked}", f". {locked}", f"bash -c 'sh {locked}'", f"true && (./{locked})",
+                f"echo $(./{locked})", f"ls | xargs ./{locked}", f"echo ok\n./{locked}",
+                f"nohup python3 -u {locked} &"):
         assert blocked_script(cmd, proj) is not None, cmd
     for cmd in ("bash .rnix/skills/open/scripts/run.sh", "ls .rnix/skills", "echo 'unbalanced",
-                "cat README", "bash src/locked/scripts/run.sh"):
+                "cat README", "bash src/locked/scripts/run.sh", f"cat {locked}",
+                f"grep -n echo {locked}", f"cp {locked} /tmp/x", f"X={locked} true", f"wc -l < {locked}",
+                "cat .rnix/skills/locked/SKILL.md"):
         assert blocked_script(cmd, proj) is None, cmd
     # through the shell device: PERMISSION, and nothing ran
     marker = tmp_path / "ran"
