@@ -79,7 +79,9 @@ def test_agents_bash_and_dev_shell_refuse_locked_scripts(mnt, scripted_server, t
                 "function": {"name": "Bash", "arguments": json.dumps({"command": cmd})}}
     scripted_server.enqueue({"match": mark, "tool_calls": [
         call("bash .rnix/skills/locked/scripts/run.sh", "a"),
-        call("bash .rnix/skills/open/scripts/run.sh", "b")]})
+        call("bash .rnix/skills/open/scripts/run.sh", "b"),
+        call(f"bash {mnt.path}/skills/locked/scripts/run.sh", "c"),     # through the mount itself
+        call(f"cat {mnt.path}/skills/locked/scripts/run.sh", "d")]})
     scripted_server.enqueue({"match": mark, "content": "done"})
     pid = mnt.spawn(mark)
     assert mnt.wait(pid).startswith("exited(0)")
@@ -87,6 +89,8 @@ def test_agents_bash_and_dev_shell_refuse_locked_scripts(mnt, scripted_server, t
                if '"role": "tool"' in line]
     assert "hello-from-script" not in results[0] and "--allow-scripts" in results[0], results[0]
     assert "hello-from-script" in results[1]
+    assert "hello-from-script" not in results[2] and "--allow-scripts" in results[2], results[2]
+    assert "echo hello-from-script" in results[3], results[3]
     assert "PERMISSION" in open(mnt.p(f"proc/{pid}/trace")).read()
     res = sh(f'exec 3<>"{mnt.path}/dev/shell"; echo "bash .rnix/skills/locked/scripts/run.sh" >&3; cat <&3; '
              'echo "bash .rnix/skills/open/scripts/run.sh" >&3; cat <&3')
