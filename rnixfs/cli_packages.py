@@ -446,6 +446,73 @@ def agent_skill_list(name, as_json, config_dir, project):
             click.echo(s)
 
 
+# --- audit of skill create / delete -------------------------------------------------
+
+
+def _root_entries(kwargs: dict) -> dict[tuple, set[str]]:
+    """Names in every skill root the command could touch: {(path, scope, ns): names}."""
+    from .skills import skill_roots
+
+    cfg = _config(kwargs.get("config_dir"))
+    projects = []
+    if kwargs.get("project") is not None:
+        projects.append(Path(os.path.abspath(kwargs["project"])))
+    else:
+        try:
+            cwd = Path(os.getcwd())
+        except OSError:
+            cwd = None
+        if cwd is not None:
+            projects += [cwd] + [p for p in [find_project(cwd)] if p is not None]
+    roots = {}
+    for proj in projects or [None]:
+        for r in skill_roots(proj, cfg):
+            try:
+                names = {e.name for e in os.scandir(r.path) if not e.name.startswith(".")}
+            except OSError:
+                names = set()
+            roots[(str(r.path), r.scope, r.namespace)] = names
+    return roots
+
+
+def _audited(cmd_name: str, action: str) -> None:
+    """Wrap ``skill create``/``skill delete`` so each success is one audit line
+    (docs/packages.md), whatever options those commands grow."""
+    import functools
+
+    from .skills.packages.audit import audit
+
+    cmd = skill.commands.get(cmd_name)
+    if cmd is None or getattr(cmd.callback, "_audited", False):
+        return
+    original = cmd.callback
+
+    @functools.wraps(original)
+    def wrapped(*args, **kwargs):
+        try:
+            before = _root_entries(kwargs)
+        except Exception:              # auditing never stands in the command's way
+            before = None
+        rv = original(*args, **kwargs)
+        if before is not None:
+            try:
+                after = _root_entries(kwargs)
+                for key in after.keys() | before.keys():
+                    a, b = after.get(key, set()), before.get(key, set())
+                    for n in sorted(a - b if action == "create" else b - a):
+                        audit(default_state_dir(), action, n, scope=key[1], namespace=key[2],
+                              source="local", url=os.path.join(key[0], n))
+            except Exception as exc:   # noqa: BLE001 - the command itself succeeded
+                click.echo(f"{PREFIX} warning: could not write the audit log: {exc}", err=True)
+        return rv
+    wrapped._audited = True            # type: ignore[attr-defined]
+    cmd.callback = wrapped
+
+
+_audited("create", "create")
+_audited("delete", "delete")
+
+
 def register(main: click.Group) -> None:
     """Hook the top-level commands onto the root group (skill/agent subcommands
     register themselves on import)."""

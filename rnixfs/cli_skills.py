@@ -69,14 +69,6 @@ def _short(text: str, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _audit(action: str, name: str, scope: str, namespace: str, path) -> None:
-    """One line in <state dir>/audit.jsonl (docs/packages.md)."""
-    from .config import default_state_dir
-    from .skills.packages.audit import audit
-
-    audit(default_state_dir(), action, name, scope=scope, namespace=namespace, source="local", url=str(path))
-
-
 # --- skill ---------------------------------------------------------------------------
 
 
@@ -235,7 +227,6 @@ def skill_create(name, from_template, file, description, to_user, project, confi
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot create skill {name!r}: {exc.strerror}")
-    _audit("create", name, target.scope, target.namespace, path)
     click.echo(f"{PREFIX} Created {name} ({target.scope}/{target.namespace}: {path})")
 
 
@@ -252,7 +243,6 @@ def skill_delete(name, project, config_dir):
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot delete skill {name!r}: {exc.strerror}")
-    _audit("delete", name, gone.scope, gone.namespace, gone.path)
     click.echo(f"{PREFIX} Deleted {name} ({gone.scope}/{gone.namespace}: {gone.path})")
     after = resolve_skills(proj, cfg).winners.get(name)
     if after is not None:

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import Skill, SkillInvalid, SkillNotFound, is_within
-from .packages.registry_file import apply_package_info
 from .parse import LenientWarning, goquote
 from .trust import TrustWarning, check_trust, trust_line
 
@@ -343,6 +342,7 @@ def resolve_skills(
     if scope not in (None, PROJECT, USER):
         raise ValueError("scope must be None, 'project' or 'user'")
     from .builtins import builtin_skill_dirs
+    from .packages.registry_file import apply_package_info
 
     notes: list[str] = []
     walker = _Walker(max(1, max_dirs), warn, notes)
