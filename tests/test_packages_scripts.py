@@ -65,33 +65,34 @@ def test_guard_words(tmp_path):
 @needs_fuse
 @pytest.mark.mount
 def test_agents_bash_and_dev_shell_refuse_locked_scripts(mnt, scripted_server, tmp_path):
+    """User-scope skills, named by absolute path and through the mount itself."""
     sb = Sandbox(tmp_path / "sb")
     sb.env["RNIXFS_CONFIG_DIR"] = str(mnt.config_dir)
-    (mnt.project / ".rnix").mkdir(exist_ok=True)
     src = tmp_path / "src"
-    assert sb.run("skill", "install", str(local_skill(src, "locked")), cwd=mnt.project).returncode == 0
-    assert sb.run("skill", "install", str(local_skill(src, "open")), "--allow-scripts",
-                  cwd=mnt.project).returncode == 0
+    assert sb.run("skill", "install", str(local_skill(src, "locked")), "-g").returncode == 0
+    assert sb.run("skill", "install", str(local_skill(src, "open")), "-g", "--allow-scripts").returncode == 0
+    locked = mnt.config_dir / "skills" / "locked" / "scripts" / "run.sh"
+    opened = mnt.config_dir / "skills" / "open" / "scripts" / "run.sh"
     mark = "SCRIPTS-MARK"
 
     def call(cmd, cid):
         return {"id": cid, "type": "function",
                 "function": {"name": "Bash", "arguments": json.dumps({"command": cmd})}}
     scripted_server.enqueue({"match": mark, "tool_calls": [
-        call("bash .rnix/skills/locked/scripts/run.sh", "a"),
-        call("bash .rnix/skills/open/scripts/run.sh", "b"),
+        call(f"bash {locked}", "a"),
+        call(f"bash {opened}", "b"),
         call(f"bash {mnt.path}/skills/locked/scripts/run.sh", "c"),     # through the mount itself
-        call(f"cat {mnt.path}/skills/locked/scripts/run.sh", "d")]})
+        call(f"cat {locked}", "d")]})
     scripted_server.enqueue({"match": mark, "content": "done"})
     pid = mnt.spawn(mark)
-    assert mnt.wait(pid).startswith("exited(0)")
+    assert mnt.wait(pid, timeout=120).startswith("exited(0)")
     results = [json.loads(line)["content"] for line in open(mnt.p(f"proc/{pid}/context"))
                if '"role": "tool"' in line]
     assert "hello-from-script" not in results[0] and "--allow-scripts" in results[0], results[0]
-    assert "hello-from-script" in results[1]
+    assert "hello-from-script" in results[1], results[1]
     assert "hello-from-script" not in results[2] and "--allow-scripts" in results[2], results[2]
     assert "echo hello-from-script" in results[3], results[3]
     assert "PERMISSION" in open(mnt.p(f"proc/{pid}/trace")).read()
-    res = sh(f'exec 3<>"{mnt.path}/dev/shell"; echo "bash .rnix/skills/locked/scripts/run.sh" >&3; cat <&3; '
-             'echo "bash .rnix/skills/open/scripts/run.sh" >&3; cat <&3')
+    res = sh(f'exec 3<>"{mnt.path}/dev/shell"; echo "bash {locked}" >&3; cat <&3; '
+             f'echo "bash {opened}" >&3; cat <&3')
     assert res.stdout.count("hello-from-script") == 1, (res.stdout, res.stderr)

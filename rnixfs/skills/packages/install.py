@@ -110,6 +110,24 @@ def swap_into_place(staged: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def remove_dir(path: Path, root: Path) -> None:
+    """Remove an installed skill directory atomically (rename, then delete at
+    leisure); a symlinked skill loses only its link. One of several concurrent
+    removers wins, the others get NotFound."""
+    if path.parent != root:
+        raise PackageError(f"refusing to remove {path}: not directly inside {root}")
+    with root_lock(root):
+        try:
+            if path.is_symlink() or not path.is_dir():
+                path.unlink()
+                return
+            grave = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=root)) / path.name
+            os.rename(path, grave)
+        except FileNotFoundError:
+            raise NotFound(f'skill "{path.name}" is not installed at {path}') from None
+    shutil.rmtree(grave.parent, ignore_errors=True)
+
+
 @contextmanager
 def root_lock(root: Path):
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
@@ -361,9 +379,6 @@ class Packages:
         return base
 
     def remove(self, resolution, name: str, scope: ScopePath | None = None) -> Result:
-        from ..manage import delete_skill
-        from ..model import SkillNotFound
-
         s = resolution.winners.get(name)
         if scope is not None:
             s = next((c for c in [resolution.winners.get(name), *resolution.shadowed.get(name, [])]
@@ -376,13 +391,7 @@ class Packages:
             raise UsageError(f'skill "{name}" is built in; it cannot be removed (shadow it or use skill delete)')
         rec = read_record(s.path) or {}
         sp = self._scope_of(s)
-
-        class _One:                       # delete_skill works on a resolution's winner
-            winners = {name: s}
-        try:
-            delete_skill(_One, name)
-        except SkillNotFound as exc:
-            raise NotFound(str(exc)) from None
+        remove_dir(Path(s.path), Path(s.root))
         self._audit("remove", name, sp, "ok", source=str((rec.get("origin") or {}).get("type", "")),
                     url=str(rec.get("url") or ""), digest=str(rec.get("digest") or ""),
                     scripts_allowed=rec.get("allow_scripts") if rec else None)
