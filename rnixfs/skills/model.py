@@ -73,6 +73,11 @@ class Skill:
     confine: str | None = None      # realpath the copy must stay inside (project scope)
     _body: str | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        """An installed package's VERSION and SOURCE come from its .registry.yaml."""
+        from .packages.registry_file import apply_package_info
+        apply_package_info(self)
+
     # --- identity ----------------------------------------------------------------
 
     @property

@@ -342,7 +342,6 @@ def resolve_skills(
     if scope not in (None, PROJECT, USER):
         raise ValueError("scope must be None, 'project' or 'user'")
     from .builtins import builtin_skill_dirs
-    from .packages.registry_file import apply_package_info
 
     notes: list[str] = []
     walker = _Walker(max(1, max_dirs), warn, notes)
@@ -378,8 +377,6 @@ def resolve_skills(
                 if root.scope == USER and root.namespace == NATIVE and name in builtin_dirs:
                     skill.source = "builtin"
                 winners[name] = skill.load_metadata()
-                if skill.valid and skill.source != "builtin":
-                    apply_package_info(skill)      # installed packages: VERSION, SOURCE
             else:
                 shadowed.setdefault(name, []).append(skill)
                 diag.warnings.append(ShadowWarning(name, str(win.path), win.scope, win.namespace,

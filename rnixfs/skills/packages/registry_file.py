@@ -46,7 +46,13 @@ def write_record(skill_dir: Path, record: dict) -> None:
 
 
 def apply_package_info(skill) -> None:
-    """Give a resolved Skill the VERSION and SOURCE its record states."""
+    """Give a Skill the VERSION and SOURCE its record states. A project skill
+    directory that is a symlink leading out of the project is not read."""
+    if skill.scope == "project":
+        project = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(skill.root))))
+        real = os.path.realpath(skill.path)
+        if real != project and not real.startswith(project + os.sep):
+            return
     rec = read_record(skill.path)
     if rec is None:
         return
