@@ -376,6 +376,8 @@ def show(pid, trace, as_json, state_dir):
 
 from .cli_skills import skill, agent  # noqa: E402
 main.add_command(skill); main.add_command(agent)  # noqa: E702
+from .cli_packages import register as _register_packages  # noqa: E402
+_register_packages(main)
 
 if __name__ == "__main__":
     main()

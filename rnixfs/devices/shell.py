@@ -382,6 +382,10 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
     before ``Cancelled`` propagates.
     """
     command = _check_command(command)
+    from ..skills.packages.guard import blocked_script   # installed skills' scripts (docs/packages.md)
+    # in a thread: the command may name paths inside this daemon's own mount
+    if (why := await trio.to_thread.run_sync(blocked_script, command, cwd)) is not None:
+        raise _err(Code.PERMISSION, why)
     if env is None:
         env = dict(os.environ)
     box = await current_sandbox()

@@ -108,12 +108,18 @@ class Skill:
     allowed_tools_declared: list[str] = field(default_factory=list)
     allowed_tools: list[str] = field(default_factory=list)
     synergy: list[dict] = field(default_factory=list)
-    source: str = ""                # "builtin" when extracted from the package, else ""
+    source: str = ""                # "builtin" when extracted from the package, "community" when installed
+    installed_version: str = ""     # the version its .registry.yaml records (installed packages)
     error: str | None = None        # skip reason; None = loadable
     lenient: list[LenientWarning] = field(default_factory=list)
     confine: str | None = None      # realpath the copy must stay inside (project scope)
     disable_model_invocation: bool = False  # only a user/agent.yaml loads it, never the model
     _body: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        """An installed package's VERSION and SOURCE come from its .registry.yaml."""
+        from .packages.registry_file import apply_package_info
+        apply_package_info(self)
 
     # --- identity ----------------------------------------------------------------
 
@@ -123,6 +129,8 @@ class Skill:
 
     @property
     def version(self) -> str:
+        if self.installed_version:
+            return self.installed_version
         v = self.metadata.get("version", "")
         return v if isinstance(v, str) else ""
 
