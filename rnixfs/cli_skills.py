@@ -1,6 +1,6 @@
 """`rnixfs skill ...` and `rnixfs agent ...`: skills and agents from the shell.
 
-Output follows the seeds (`rnix skill list`): a ``[skill]``-prefixed 6-column
+Output follows Rnix (`rnix skill list`): a ``[skill]``-prefixed 6-column
 table, one stderr warning line per diagnostic, ``--json`` as one line
 ``{"ok": true, "data": {"skills": [...], "diagnostics": {...}}}`` (the
 diagnostics node is always there; empty channels are omitted), ``--quiet``
@@ -35,7 +35,7 @@ from .textsafe import Column, block, clean, one_line, table
 
 PREFIX = "[skill]"
 APREFIX = "[agent]"
-# The seeds' column widths are the minimums; a column grows to its longest
+# Rnix's column widths are the minimums; a column grows to its longest
 # cell up to its maximum and cuts longer cells with "..." (a name longer than
 # the specification's 64 characters already carries a lenient warning).
 SKILL_COLUMNS = (Column("NAME", 20, 64), Column("VERSION", 10, 16), Column("SOURCE", 11, 11),

@@ -1,4 +1,4 @@
-"""Tier 3: agents doing real work on a real mount (issue 4's checks):
+"""Tier 3: agents doing real work on a real mount:
 tools through the devices, denials, kill leaving no process behind, an
 agent's Bash spawning through the mount, dev/fs and dev/shell for users."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tier 3: skills/ and agents/ as real files in a real mount (issue 3 §8)."""
+"""Tier 3: skills/ and agents/ as real files in a real mount."""
 from __future__ import annotations
 
 import json

@@ -293,7 +293,7 @@ def test_goquote_like_go():
     assert goquote('a"b\\c\n\x01é') == '"a\\"b\\\\c\\n\\x01é"'
 
 
-# --- lenient tiers for seed-style fields, names in one normal form ---------------------------
+# --- lenient tiers for Rnix-style fields, names in one normal form ---------------------------
 
 
 @pytest.mark.parametrize("fm,field", [

@@ -10,7 +10,7 @@ Names are plain directory names (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``, no
 directory or files lead out of its scope root (the project, or the config
 directory) is refused: files are read by the fd-relative walk from the scope
 root (rnixfs.fileio ``read_in_scope``, docs/skills.md).
-Unknown keys in agent.yaml are kept as warnings (the seeds carry fields
+Unknown keys in agent.yaml are kept as warnings (Rnix carries fields
 rnixfs does not use yet); wrong types are errors with one readable line.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ class AgentModels:
 
 @dataclass
 class AgentManifest:
-    """Every field of the seeds' agent.yaml, with rnixfs's defaults applied."""
+    """Every field of Rnix's agent.yaml, with rnixfs's defaults applied."""
 
     name: str
     description: str = ""

@@ -1,6 +1,6 @@
 """The system prompt of a process: instructions, AGENTS.md, skills.
 
-Order (seeds): agent instructions, then the project document (the nearest
+Order (Rnix): agent instructions, then the project document (the nearest
 AGENTS.md), then skills: each loaded skill's body after a
 ``Base directory for this skill: <dir>`` line, then the ``[Skill Synergy]``
 block, then the list of other available skills by metadata (name,

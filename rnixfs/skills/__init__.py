@@ -22,7 +22,7 @@ API (everything the kernel and the FUSE layer need; no pyfuse3, no trio)::
                                                    shadowed, trust, diagnostics (via lookup)
         Resolution.describe_dir(dir) -> dict | None  the same by directory name (for xattrs)
         Resolution.to_json() -> {"skills": [...], "diagnostics": {...}}   (skill list --json)
-        Resolution.warning_lines() -> list[str]    the seeds' stderr lines
+        Resolution.warning_lines() -> list[str]    Rnix's stderr lines
     skill_roots(project, config_dir, *, home=None) -> list[ScopePath]   the canonical 2 or 4 roots
     write_scope(project: Path | None, config_dir: Path, kind="skills"|"agents", *, shared=False)
         project native when a project is given, else user native; shared: the .agents namespace

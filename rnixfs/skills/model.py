@@ -90,7 +90,7 @@ class Skill:
     ``name`` is the directory name (the mount tree and ``delete`` go by it);
     the frontmatter's own ``name`` is ``declared_name`` and its normal form,
     ``ref_name``, is what ``skill list``, agent manifests and lookups use. ``error`` is set when the
-    copy is not loadable (the seeds' skip tier); ``lenient`` holds the
+    copy is not loadable (Rnix's skip tier); ``lenient`` holds the
     warn-but-load warnings. ``body()`` reads the Markdown body on first call
     and keeps it, so a process sees one frozen body.
     """
@@ -104,7 +104,7 @@ class Skill:
     description: str = ""
     license: str | None = None
     compatibility: str | None = None
-    metadata: dict[str, object] = field(default_factory=dict)   # as written (seed-style lists kept)
+    metadata: dict[str, object] = field(default_factory=dict)   # as written (Rnix-style lists kept)
     allowed_tools_declared: list[str] = field(default_factory=list)
     allowed_tools: list[str] = field(default_factory=list)
     synergy: list[dict] = field(default_factory=list)

@@ -3,14 +3,14 @@
 Three layers, from the bytes up:
 
 * :func:`parse_skill_md` splits a SKILL.md into its YAML frontmatter (a dict)
-  and its Markdown body. Structural errors use the seeds' exact wording:
+  and its Markdown body. Structural errors use Rnix's exact wording:
   ``SKILL.md must start with ---`` / ``SKILL.md missing closing ---``.
 * :func:`validate_strict` checks a skill directory against the agentskills.io
   specification and returns a list of error messages; it is meant to give
   the same verdict as the reference validator ``skills-ref validate`` where
   the specification is clear (see docs/skills.md for the deliberate
   differences, e.g. ``synergy``).
-* :func:`lenient_check` applies the seeds' two loading tiers: warn-but-load
+* :func:`lenient_check` applies Rnix's two loading tiers: warn-but-load
   (name differs from the directory, name longer than 64 characters) and
   skip (missing name, missing description, unparseable YAML).
 
@@ -95,7 +95,7 @@ def load_yaml(text: str):
 
 
 def split_skill_md(text: str) -> tuple[str, str]:
-    """Split into (frontmatter text, body) following the seeds' line rules.
+    """Split into (frontmatter text, body) following Rnix's line rules.
 
     The first line must be ``---`` (trailing whitespace and CR allowed); the
     frontmatter ends at the next line that is ``---`` the same way. A line
@@ -300,7 +300,7 @@ def validate_strict(path: Path | str) -> list[str]:
 
 @dataclass(frozen=True)
 class LenientWarning:
-    """Warn-but-load: the skill still loads (seeds' LenientWarning)."""
+    """Warn-but-load: the skill still loads (Rnix's LenientWarning)."""
 
     path: str
     field: str
@@ -312,7 +312,7 @@ class LenientWarning:
 
 
 class LenientSkip(Exception):
-    """Skip: the skill is not loaded; ``reason`` says why (seeds' LenientSkipError)."""
+    """Skip: the skill is not loaded; ``reason`` says why (Rnix's LenientSkipError)."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
@@ -320,7 +320,7 @@ class LenientSkip(Exception):
 
 
 def goquote(s: str) -> str:
-    """Quote like Go's %q (the seeds render paths and names with it)."""
+    """Quote like Go's %q (Rnix renders paths and names with it)."""
     out = ['"']
     for ch in s:
         if ch in '"\\':
@@ -358,12 +358,12 @@ _INFORMATIONAL = (
 
 
 def lenient_check(fm: dict, dir_name: str, path: str) -> list[LenientWarning]:
-    """The seeds' lenient tiers on parsed frontmatter.
+    """Rnix's lenient tiers on parsed frontmatter.
 
     Raises LenientSkip("missing name" / "missing description" / a type
     reason); returns the warn-but-load warnings otherwise. ``allowed-tools``
     of the wrong shape skips the skill (a grant that cannot be read must not
-    become "unrestricted"); seed-style ``metadata`` (lists, nested maps, a
+    become "unrestricted"); Rnix-style ``metadata`` (lists, nested maps, a
     scalar), a malformed ``synergy`` and a non-text ``license`` or
     ``compatibility`` only warn.
     """

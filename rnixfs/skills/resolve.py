@@ -1,6 +1,6 @@
 """The four-path model: where skills live, which copy wins, what went wrong.
 
-Skill roots in priority order (the seeds' ``ResolveSkillScopes``)::
+Skill roots in priority order (Rnix's ``ResolveSkillScopes``)::
 
     1. <project>/.rnix/skills      project / native   (highest)
     2. <project>/.agents/skills    project / agents
@@ -61,7 +61,7 @@ class ScopePath:
 
 
 def path_status(path: Path) -> str:
-    """The seeds' pathStatus, except that errors other than ENOENT/ENOTDIR say so."""
+    """Rnix's pathStatus, except that errors other than ENOENT/ENOTDIR say so."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -178,7 +178,7 @@ def lenient_line(w: LenientWarning) -> str:
 
 @dataclass
 class Diagnostics:
-    """The seeds' LoadDiagnostics: four channels, rendered in this order."""
+    """Rnix's LoadDiagnostics: four channels, rendered in this order."""
 
     warnings: list[ShadowWarning] = field(default_factory=list)
     skipped: list[SkipEntry] = field(default_factory=list)
@@ -290,7 +290,7 @@ class Resolution:
         return d
 
     def list_entries(self) -> list[dict]:
-        """The seeds' ListEntry objects for the loadable skills, sorted by name."""
+        """Rnix's ListEntry objects for the loadable skills, sorted by name."""
         return [{"name": n, "directory": s.name, "version": s.version, "path": str(s.path),
                  "description": s.description, "source": s.source, "scope": s.scope,
                  "namespace": s.namespace, "shadowed": False}
@@ -412,7 +412,7 @@ def resolve_skills(
     """Scan the skill roots and resolve every skill name to its winning copy.
 
     ``warn`` receives each diagnostic line (shadow, skipped, lenient, trust,
-    truncation) in the seeds' format; diagnostics are recorded either way.
+    truncation) in Rnix's format; diagnostics are recorded either way.
     ``scope`` ("project" or "user") restricts the roots before shadowing
     (``skill list -p/-g``). Only metadata is read; bodies load on demand.
     ``cache`` keeps parses between calls (only changed SKILL.md files are
@@ -588,7 +588,7 @@ def _skill_dir_names(root: Path, diag: Diagnostics) -> list[str]:
 
 
 def dumps(obj) -> str:
-    """Compact JSON, one line (what the seeds' CLI prints); characters a
+    """Compact JSON, one line (what Rnix's CLI prints); characters a
     terminal would act on are \\u-escaped (rnixfs.textsafe.json_text)."""
     from ..textsafe import json_text
 

@@ -2,7 +2,7 @@
 
 A skill's ``allowed-tools`` (and an agent's ``tools``) name the tools the
 model may call: ``Read Write Edit Glob Grep Bash`` ... (the Claude Code
-canonical names the seeds adopted). Older skills list device paths
+canonical names Rnix adopted). Older skills list device paths
 (``/dev/fs /dev/shell``); those are normalized to the tool names the device
 exposes. Anything else (unknown names, ``Bash(git:*)`` patterns, unknown
 device paths) is kept verbatim: scoped entries are enforced by
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# Tool names each legacy device root exposes (seeds: /dev/fs exposes
+# Tool names each legacy device root exposes (Rnix: /dev/fs exposes
 # Read/Write/Edit/Grep/Glob, /dev/shell exposes Bash, ...).
 DEVICE_TOOLS: dict[str, tuple[str, ...]] = {
     "/dev/fs": ("Read", "Write", "Edit", "Glob", "Grep"),

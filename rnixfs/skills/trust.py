@@ -79,7 +79,7 @@ def check_trust(roots) -> list[TrustWarning]:
 
 
 def trust_line(w: TrustWarning) -> str:
-    """The seeds' stderr line (em dash; ``RNIX_ASCII=1`` gives ``-``)."""
+    """Rnix's stderr line (em dash; ``RNIX_ASCII=1`` gives ``-``)."""
     from .parse import goquote
 
     dash = "-" if os.environ.get("RNIX_ASCII") == "1" else "\u2014"

@@ -37,7 +37,7 @@ _AT_FDCWD = -100
 
 def target_scope(project: Path | None, config_dir: Path, *, global_: bool = False, shared: bool = False,
                  home: Path | None = None) -> ScopePath:
-    """The seeds' writeScope table.
+    """Rnix's writeScope table.
 
     ============  ======================  ===========================
     flags         inside a .rnix project   outside
