@@ -34,8 +34,9 @@ PYTHON=${PYTHON:-python3}
 # fuse3: fusermount3 and /dev/fuse tools; libfuse3-dev, pkg-config, gcc:
 # build pyfuse3; systemd: systemd-analyze for the unit test; jq, attr: used
 # by the demo and the tests; bubblewrap: the sandbox agents' commands run in
-# (docs/devices.md).
-pkgs=(fuse3 libfuse3-dev pkg-config gcc systemd jq attr bubblewrap)
+# (docs/devices.md); libc6-dev, perl: build and run the vendored pjdfstest;
+# git: git sources of skill packages.
+pkgs=(fuse3 libfuse3-dev pkg-config gcc libc6-dev systemd jq attr bubblewrap perl git)
 # Debian's python3 needs its headers to build pyfuse3.
 if ! "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
     pkgs+=(python3-dev)
