@@ -189,3 +189,11 @@ def test_scopes_force_list_update_origin_scope(sb, rfc):
     assert s["version"] == "2.0.0" and s["source"] == "community"
     upd = [x for x in sb.audit() if x["action"] == "update"]
     assert upd and upd[-1]["digest"] == rfc.entries["scoped"]["digest"]
+
+
+@pytest.mark.parametrize("frontmatter", ["name: Bad_Name\n", ""])
+def test_root_skill_without_a_valid_name_is_refused_clearly(sb, rfc, frontmatter):
+    body = f"---\n{frontmatter}description: d\n---\nbody\n".encode()
+    url = rfc.serve_blob("/dl/root.zip", zip_of({"SKILL.md": body}))
+    r = _refused(sb, [url], 4)
+    assert "root has no valid frontmatter name" in r.stderr and "'w" not in r.stderr, r.stderr

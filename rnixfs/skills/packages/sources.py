@@ -246,6 +246,12 @@ def tree_fetched(ctx: Context, tree: Path, path: str | None, all_: bool, work: P
         # A skill in its own directory is installed under that directory's name,
         # so a frontmatter name that disagrees fails strict validation (rolled
         # back); only a SKILL.md at the root of the tree takes its own name.
+        if not f.rel and (check_name(f.name) or (f.name == f.path.name and f.path.parent == Path(work))):
+            # A root SKILL.md of a download has no directory to be named after:
+            # without a valid frontmatter name it would get a work directory's name.
+            raise VerificationFailed(
+                f"{url}: the SKILL.md at its root has no valid frontmatter name "
+                f"({'; '.join(check_name(f.name)) or 'name missing'}) - nothing was installed; fix its 'name'")
         name = f.path.name if f.rel or check_name(f.name) else f.name
         dest = Path(_mkwork(work)) / name
         if move:
