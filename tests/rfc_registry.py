@@ -86,6 +86,8 @@ class RfcRegistry:
         self.repos: dict[tuple[str, str], dict[str, bytes]] = {}   # (owner, repo) -> {ref: tarball}
         self.default_ref: dict[tuple[str, str], str] = {}
         self.requests: list[str] = []
+        self.raw_index: dict | None = None        # served as-is instead of the built index
+        self.index_path = PREFIX + "index.json"
         self._tmp = tempfile.TemporaryDirectory()
 
     # --- publishing ---------------------------------------------------------------
@@ -170,8 +172,9 @@ class RfcRegistry:
             def do_GET(self):
                 path = unquote(urlsplit(self.path).path)
                 reg.requests.append(path)
-                if path == PREFIX + "index.json":
-                    body = json.dumps({"version": "0.2.0", "skills": list(reg.entries.values())}).encode()
+                if path == reg.index_path:
+                    index = reg.raw_index or {"version": "0.2.0", "skills": list(reg.entries.values())}
+                    body = json.dumps(index).encode()
                     return self._send(200, body, "application/json")
                 if path in reg.blobs:
                     body, ctype = reg.blobs[path]

@@ -197,3 +197,29 @@ def test_root_skill_without_a_valid_name_is_refused_clearly(sb, rfc, frontmatter
     url = rfc.serve_blob("/dl/root.zip", zip_of({"SKILL.md": body}))
     r = _refused(sb, [url], 4)
     assert "root has no valid frontmatter name" in r.stderr and "'w" not in r.stderr, r.stderr
+
+
+def test_v01_and_legacy_indexes_install_with_a_warning(sb, rfc):
+    files = {"SKILL.md": md("old-style"), "references/r.md": b"r\n"}
+    rfc.publish("old-style", files)
+    rfc.raw_index = {"skills": [{"name": "old-style", "description": "d", "files": list(files)}]}
+    r = sb.run("skill", "install", "old-style")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "nothing from it can be verified" in r.stderr
+    rec = yaml.safe_load((sb.roots["pn"] / "old-style" / ".registry.yaml").read_text())
+    assert rec["verified"] is False and rec["digest"] == rfc_skill_digest(files)
+    rfc.index_path = "/.well-known/skills/index.json"      # only the older well-known path
+    rfc.blobs = {k.replace("/agent-skills/", "/skills/"): v for k, v in rfc.blobs.items()}
+    r = sb.run("skill", "install", "old-style", "-g")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (sb.roots["un"] / "old-style" / "references" / "r.md").read_bytes() == b"r\n"
+
+
+def test_unknown_major_version_and_unknown_fields(sb, rfc):
+    entry = rfc.publish("future", {"SKILL.md": md("future")}, package="tar.gz")
+    rfc.raw_index = {"version": "0.3.1", "x-publisher": {"a": 1},
+                     "skills": [{**entry, "x-extra": [1, 2], "license": "MIT"}]}
+    r = sb.run("skill", "install", "future")
+    assert r.returncode == 0, r.stdout + r.stderr          # unknown fields are ignored
+    rfc.raw_index = {"version": "1.0.0", "skills": [entry]}
+    _refused(sb, ["future", "-g"], 4)
