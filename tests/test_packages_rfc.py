@@ -223,3 +223,27 @@ def test_unknown_major_version_and_unknown_fields(sb, rfc):
     assert r.returncode == 0, r.stdout + r.stderr          # unknown fields are ignored
     rfc.raw_index = {"version": "1.0.0", "skills": [entry]}
     _refused(sb, ["future", "-g"], 4)
+
+
+def test_github_update_and_remove_are_audited_with_digests(sb, rfc):
+    sha1 = rfc.github_repo("acme", "one", {"SKILL.md": md("solo")})
+    r = sb.run("skill", "install", "github:acme/one", "-g", cwd=sb.outside)
+    assert r.returncode == 0, r.stdout + r.stderr
+    dest = sb.roots["un"] / "solo"
+    v1 = rfc_skill_digest({"SKILL.md": md("solo")})
+    assert yaml.safe_load((dest / ".registry.yaml").read_text())["digest"] == v1
+    sha2 = rfc.github_repo("acme", "one", {"SKILL.md": md("solo", body="v2")})
+    assert sha1 != sha2
+    code, out = sb.json("skill", "check")
+    assert [s["outcome"] for s in out["data"]["skills"] if s["name"] == "solo"] == ["update-available"], out
+    # Updated from inside a project: written back to the user scope it came from.
+    r = sb.run("skill", "update")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (dest / "SKILL.md").read_bytes() == md("solo", body="v2")
+    assert not (sb.roots["pn"] / "solo").exists()
+    r = sb.run("skill", "remove", "solo")
+    assert r.returncode == 0 and not dest.exists(), r.stdout + r.stderr
+    lines = [(x["action"], x["outcome"], x["scope"], x["digest"]) for x in sb.audit()]
+    v2 = rfc_skill_digest({"SKILL.md": md("solo", body="v2")})
+    assert lines == [("install", "ok", "user", v1), ("update", "ok", "user", v2),
+                     ("remove", "ok", "user", v2)], lines
