@@ -8,9 +8,12 @@ origin scope, and the audit log's digests. See docs/packages.md.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import yaml
 
+from tests.mountutil import needs_fuse, wait_for
 from tests.pkgutil import Sandbox, snapshot
 from tests.rfc_registry import RfcRegistry, file_digest, rfc_skill_digest, tar_gz_of, zip_of
 
@@ -247,3 +250,37 @@ def test_github_update_and_remove_are_audited_with_digests(sb, rfc):
     v2 = rfc_skill_digest({"SKILL.md": md("solo", body="v2")})
     assert lines == [("install", "ok", "user", v1), ("update", "ok", "user", v2),
                      ("remove", "ok", "user", v2)], lines
+
+
+@needs_fuse
+@pytest.mark.mount
+def test_installs_from_every_source_are_seen_in_the_mount(tmp_path, rfc, mount_factory):
+    m = mount_factory(None)
+    sb = Sandbox(tmp_path / "sb", None)
+    sb.env.update(RNIXFS_REGISTRY=rfc.url, RNIXFS_GITHUB_API=rfc.url, RNIXFS_CONFIG_DIR=str(m.config_dir))
+    (m.project / ".rnix").mkdir(exist_ok=True)
+    rfc.publish("by-name", {"SKILL.md": md("by-name"), "references/g.md": b"g1\n"}, package="tar.gz")
+    rfc.github_repo("acme", "mnt", {"skills/from-gh/SKILL.md": md("from-gh")}, tag="v2")
+    url = rfc.serve_blob("/dl/shared-one.zip", zip_of({"shared-one/SKILL.md": md("shared-one")}))
+    for args in (["by-name"], ["github:acme/mnt@v2", "-g"], [url, "--shared"]):
+        r = sb.run("skill", "install", *args, cwd=m.project)
+        assert r.returncode == 0, (args, r.stdout + r.stderr)
+    skills = m.path / "skills"
+    wait_for(lambda: {"by-name", "from-gh", "shared-one"} <= set(os.listdir(skills)), 15,
+             what="installed skills in the mount")
+    assert (skills / "from-gh" / "SKILL.md").read_bytes() == md("from-gh")
+    assert (skills / "shared-one" / "SKILL.md").read_bytes() == md("shared-one")
+
+    def guide():
+        try:
+            return (skills / "by-name" / "references" / "g.md").read_bytes()
+        except FileNotFoundError:
+            return None
+    assert guide() == b"g1\n"
+    rfc.publish("by-name", {"SKILL.md": md("by-name"), "references/g.md": b"g2\n"}, package="zip")
+    r = sb.run("skill", "install", "by-name", "--force", cwd=m.project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for(lambda: guide() == b"g2\n", 15, what="the forced reinstall in the mount")
+    r = sb.run("skill", "remove", "by-name", cwd=m.project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for(lambda: "by-name" not in os.listdir(skills), 15, what="the removal in the mount")
