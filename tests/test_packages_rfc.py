@@ -116,6 +116,23 @@ def test_direct_zip_url(sb, rfc):
     assert line["digest"] == rfc_skill_digest(files) and line["url"] == url
 
 
+def test_archive_url_without_a_suffix(sb, rfc):
+    files = {"tool-z/SKILL.md": md("tool-z")}
+    url = rfc.serve_blob("/download/tool-z", zip_of(files), "application/zip")
+    r = sb.run("skill", "install", url)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (sb.roots["pn"] / "tool-z" / "SKILL.md").read_bytes() == md("tool-z")
+    rec = yaml.safe_load((sb.roots["pn"] / "tool-z" / ".registry.yaml").read_text())
+    assert rec["origin"]["type"] == "url"
+    assert sb.run("skill", "update", "tool-z").returncode == 0
+    # A page that is neither an index nor an archive is still "not found".
+    rfc.serve_blob("/download/page", b"<html>hello</html>", "text/html")
+    r = sb.run("skill", "install", rfc.url + "/download/page")
+    assert r.returncode == 3, r.stdout + r.stderr
+    r = sb.run("skill", "install", rfc.url + "/download/missing")
+    assert r.returncode == 3, r.stdout + r.stderr
+
+
 def _refused(sb, args, code):
     before = _all_roots(sb)
     audit_before = len(sb.audit())
