@@ -73,6 +73,16 @@ def test_install_by_name_from_an_rfc_registry(sb, rfc, package):
     assert (s["version"], s["source"]) == ("1.2.3", "community")
 
 
+def test_rfc_path_characters_in_individual_files(sb, rfc):
+    # Printable ASCII other than \\ ? # [ ] is allowed in a path; served URL-encoded.
+    files = {"SKILL.md": md("odd-paths"), "references/my notes.md": b"a\n", "assets/a+b (1)%;'.txt": b"b\n"}
+    rfc.publish("odd-paths", files)
+    r = sb.run("skill", "install", "odd-paths")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rel, data in files.items():
+        assert (sb.roots["pn"] / "odd-paths" / rel).read_bytes() == data
+
+
 def test_install_with_registry_flag_forms(sb, rfc):
     rfc.publish("flagged", {"SKILL.md": md("flagged")}, package="tar.gz")
     env = {"RNIXFS_REGISTRY": ""}
