@@ -88,6 +88,7 @@ class RfcRegistry:
         self.requests: list[str] = []
         self.raw_index: dict | None = None        # served as-is instead of the built index
         self.index_path = PREFIX + "index.json"
+        self.redirects: dict[str, str] = {}       # path -> Location (301), checked first
         self._tmp = tempfile.TemporaryDirectory()
 
     # --- publishing ---------------------------------------------------------------
@@ -172,6 +173,8 @@ class RfcRegistry:
             def do_GET(self):
                 path = unquote(urlsplit(self.path).path)
                 reg.requests.append(path)
+                if path in reg.redirects:
+                    return self._send(301, b"", "text/html", {"Location": reg.redirects[path]})
                 if path == reg.index_path:
                     index = reg.raw_index or {"version": "0.2.0", "skills": list(reg.entries.values())}
                     body = json.dumps(index).encode()

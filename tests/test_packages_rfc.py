@@ -83,6 +83,20 @@ def test_rfc_path_characters_in_individual_files(sb, rfc):
         assert (sb.roots["pn"] / "odd-paths" / rel).read_bytes() == data
 
 
+def test_redirects_are_followed(sb, rfc):
+    files = {"SKILL.md": md("moved"), "references/r.md": b"r\n"}
+    entry = rfc.publish("moved", files, package="tar.gz")
+    body, ctype = rfc.blobs.pop("/.well-known/agent-skills/moved.tar.gz")
+    rfc.blobs["/cdn/moved-1.tar.gz"] = (body, ctype)
+    rfc.redirects["/.well-known/agent-skills/moved.tar.gz"] = "/cdn/moved-1.tar.gz"
+    rfc.index_path = "/skills-index-v2.json"
+    rfc.redirects["/.well-known/agent-skills/index.json"] = rfc.url + "/skills-index-v2.json"
+    r = sb.run("skill", "install", "moved")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = yaml.safe_load((sb.roots["pn"] / "moved" / ".registry.yaml").read_text())
+    assert rec["digest"] == entry["digest"] and rec["verified"] is True
+
+
 def test_install_with_registry_flag_forms(sb, rfc):
     rfc.publish("flagged", {"SKILL.md": md("flagged")}, package="tar.gz")
     env = {"RNIXFS_REGISTRY": ""}
