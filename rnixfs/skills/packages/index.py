@@ -141,6 +141,11 @@ def index_urls(registry: str) -> list[tuple[str, bool]]:
     base = registry.rstrip("/")
     if base.endswith(".json"):
         return [(base, False)]
+    # The well-known directory itself, as people copy it from a browser.
+    for prefix, legacy in ((WELL_KNOWN, False), (LEGACY_WELL_KNOWN, True)):
+        well_known_dir = prefix[: -len("/index.json")]
+        if base.endswith(well_known_dir):
+            return [(base + "/index.json", legacy)]
     return [(base + WELL_KNOWN, False), (base + LEGACY_WELL_KNOWN, True)]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..parse import check_name
-from .archive import DEFAULT_LIMITS, Limits, extract
+from .archive import DEFAULT_LIMITS, Limits, archive_kind, extract
 from .discover import find_in_tree
 from .errors import NetworkError, NotFound, SeveralSkills, UnsafeArchive, UsageError, VerificationFailed
 from .fetch import Fetcher, check_url
@@ -160,6 +160,7 @@ class RegistrySource(Source):
     url: str
     name: str | None
     headers: dict[str, str] = field(default_factory=dict, repr=False)
+    archive_fallback: bool = False   # a typed URL with a path: may be an archive without a suffix
     kind = "registry"
 
     def describe(self) -> str:
@@ -170,7 +171,20 @@ class RegistrySource(Source):
         return load_index(ctx.fetcher, self.url, ctx.warn)
 
     def fetch(self, ctx: Context, work: Path, all_: bool = False, want: str | None = None) -> list[Fetched]:
-        idx = self.index(ctx)
+        try:
+            idx = self.index(ctx)
+        except NotFound:
+            if not self.archive_fallback:
+                raise
+            # ``https://host/download/tool`` may serve a zip or tarball itself.
+            arch = Path(_mkwork(work)) / "archive"
+            try:
+                ctx.fetcher.download(self.url, arch, what="archive")
+            except NotFound:
+                arch.unlink(missing_ok=True)
+            if not arch.exists() or archive_kind(arch) is None:
+                raise
+            return ArchiveUrlSource(self.url).from_file(ctx, work, arch, all_, want)
         name = self.name or want
         if name is not None:
             entry = idx.entries.get(name)
@@ -246,6 +260,12 @@ def tree_fetched(ctx: Context, tree: Path, path: str | None, all_: bool, work: P
         # A skill in its own directory is installed under that directory's name,
         # so a frontmatter name that disagrees fails strict validation (rolled
         # back); only a SKILL.md at the root of the tree takes its own name.
+        if not f.rel and (check_name(f.name) or (f.name == f.path.name and f.path.parent == Path(work))):
+            # A root SKILL.md of a download has no directory to be named after:
+            # without a valid frontmatter name it would get a work directory's name.
+            raise VerificationFailed(
+                f"{url}: the SKILL.md at its root has no valid frontmatter name "
+                f"({'; '.join(check_name(f.name)) or 'name missing'}) - nothing was installed; fix its 'name'")
         name = f.path.name if f.rel or check_name(f.name) else f.name
         dest = Path(_mkwork(work)) / name
         if move:
@@ -297,6 +317,9 @@ class ArchiveUrlSource(Source):
     def fetch(self, ctx: Context, work: Path, all_: bool = False, want: str | None = None) -> list[Fetched]:
         arch = Path(_mkwork(work)) / "archive"
         ctx.fetcher.download(self.url, arch, what="archive")
+        return self.from_file(ctx, work, arch, all_, want)
+
+    def from_file(self, ctx: Context, work: Path, arch: Path, all_: bool, want: str | None) -> list[Fetched]:
         got = digest_file(arch)
         if self.digest:
             check("archive", self.digest, got, self.url)
@@ -437,7 +460,8 @@ def parse_ref(ref: str, ctx: Context) -> Source:
                 if not is_digest(digest):
                     raise UsageError(f"{ref}: the fragment must be #sha256=<64 hex digits>")
             return ArchiveUrlSource(url, digest)
-        return RegistrySource(url, url, frag or None)
+        return RegistrySource(url, url, frag or None,
+                              archive_fallback=not frag and urlsplit(url).path not in ("", "/"))
     if ref.startswith(("./", "../", "/", "~")) or os.path.lexists(ref):
         return LocalSource(Path(os.path.abspath(os.path.expanduser(ref))))
     if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", ref):
