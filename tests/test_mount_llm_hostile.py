@@ -203,3 +203,24 @@ def test_key_quoted_by_the_server_is_never_kept(mount_factory, scripted_server, 
         db.close()
     assert KEY not in dump and PASSWORD not in dump
     assert "***" in (m.state_dir / "daemon.log").read_text()
+
+
+def test_endless_error_body_is_not_buffered(mount_factory, scripted_server):
+    """An HTTP error whose body never ends: only its first bytes are read for
+    the reason, the daemon stays small and answering, the process ends as a
+    driver error."""
+    m = mount_factory(scripted_providers(scripted_server.url, max_retries=0))
+    base = rss(m.daemon_pid)
+    pid = m.spawn("[[fault:endless-error]] fail forever")
+    peak = base
+    deadline = time.monotonic() + 120
+    while not finished(m, pid):
+        assert time.monotonic() < deadline, "the endless error body was never cut"
+        peak = max(peak, rss(m.daemon_pid))
+        assert peak < 512 * MiB, f"daemon RSS reached {peak // MiB} MiB"
+        assert stat_answers(m)
+        time.sleep(0.05)
+    st = m.status(pid)
+    assert st["exit_code"] == 1 and st["error"]["code"] == "DRIVER", st
+    assert "HTTP 400" in st["error"]["cause"], st
+    assert m.daemon_alive()

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 _MAX_CAUSE = 200
 _MAX_AFTER_DONE = 16  # events a server may still send after [DONE]
+_MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read for its reason
 
 
 class _Truncated(LLMError):
@@ -45,12 +46,24 @@ def _short(text: str, limit: int = _MAX_CAUSE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _server_message(resp: httpx.Response) -> str:
+async def _error_body(resp: httpx.Response) -> bytes:
+    """The first ``_MAX_ERROR_BODY`` bytes of an error body: a server whose
+    error body never ends cannot grow the daemon's memory."""
+    body = bytearray()
+    async for part in resp.aiter_bytes():
+        body += part
+        if len(body) >= _MAX_ERROR_BODY:
+            break
+    return bytes(body[:_MAX_ERROR_BODY])
+
+
+def _server_message(resp: httpx.Response, raw: bytes) -> str:
     """The error message from an error body ({"error": {"message"}} or text)."""
     try:
-        body = resp.json()
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        return _short(resp.text or resp.reason_phrase)
+        text = raw.decode(resp.encoding or "utf-8", "replace")
+        return _short(text or resp.reason_phrase)
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
         err = err.get("message") or err.get("detail") or err
@@ -171,8 +184,7 @@ class OpenAIProvider:
                     aconnect_sse(self._client, "POST", self._url, json=body))
                 resp = es.response
                 if resp.status_code != 200:
-                    await resp.aread()
-                    self._raise_status(resp)
+                    self._raise_status(resp, await _error_body(resp))
                 ctype = resp.headers.get("content-type", "")
                 if "text/event-stream" not in ctype:
                     raise LLMError(f"expected an event stream, got {ctype or 'no content type'!r}",
@@ -192,9 +204,9 @@ class OpenAIProvider:
             outer.push_async_exit(stack.pop_all())
             return chunks, pending
 
-    def _raise_status(self, resp: httpx.Response):
+    def _raise_status(self, resp: httpx.Response, raw: bytes):
         status = resp.status_code
-        msg = self._scrub(f"HTTP {status}: {_server_message(resp)}")
+        msg = self._scrub(f"HTTP {status}: {_server_message(resp, raw)}")
         if status == 429 or status >= 500:
             raise _Retry(msg, status=status,
                          retry_after=_retry_after(resp) if status == 429 else None)
