@@ -17,7 +17,7 @@ import stamina
 from httpx_sse import aconnect_sse
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from rnixfs.config import ProviderConfig
+from rnixfs.config import ProviderConfig, url_credentials
 from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
 
 log = logging.getLogger(__name__)
@@ -57,17 +57,18 @@ async def _error_body(resp: httpx.Response) -> bytes:
     return bytes(body[:_MAX_ERROR_BODY])
 
 
-def _server_message(resp: httpx.Response, raw: bytes) -> str:
-    """The error message from an error body ({"error": {"message"}} or text)."""
+def _server_message(resp: httpx.Response, raw: bytes, scrub=str) -> str:
+    """The error message from an error body ({"error": {"message"}} or text),
+    scrubbed before it is shortened."""
+    text = raw.decode(resp.encoding or "utf-8", "replace")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        text = raw.decode(resp.encoding or "utf-8", "replace")
-        return _short(text or resp.reason_phrase)
+        body = json.loads(text)
+    except ValueError:
+        return _short(scrub(text or resp.reason_phrase))
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
         err = err.get("message") or err.get("detail") or err
-    return _short(err if isinstance(err, str) else json.dumps(err))
+    return _short(scrub(err if isinstance(err, str) else json.dumps(err)))
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -100,7 +101,10 @@ class OpenAIProvider:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
         self._url = f"{cfg.base_url}/chat/completions"
-        self._secrets = [s for s in (cfg.api_key, *cfg.headers.values()) if s and len(s) >= 4]
+        # Longest first; scrubbed before any text is shortened, so a cut never
+        # falls inside a secret and keeps its first characters.
+        found = {cfg.api_key, *cfg.headers.values(), *url_credentials(cfg.base_url or "")}
+        self._secrets = sorted((s for s in found if s and len(s) >= 4), key=len, reverse=True)
 
     def describe(self) -> dict:
         return {"type": "openai", "model": self.default_model,
@@ -206,7 +210,7 @@ class OpenAIProvider:
 
     def _raise_status(self, resp: httpx.Response, raw: bytes):
         status = resp.status_code
-        msg = self._scrub(f"HTTP {status}: {_server_message(resp, raw)}")
+        msg = self._scrub(f"HTTP {status}: {_server_message(resp, raw, self._scrub)}")
         if status == 429 or status >= 500:
             raise _Retry(msg, status=status,
                          retry_after=_retry_after(resp) if status == 429 else None)
@@ -231,9 +235,9 @@ class OpenAIProvider:
                 done = True
                 continue
             try:
-                chunk, u, f = _parse_event(data)
+                chunk, u, f = _parse_event(data, self._scrub)
             except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
-                raise LLMError(f"malformed event from server: {_short(data, 80)!r}") from None
+                raise LLMError(f"malformed event from server: {_short(self._scrub(data), 80)!r}") from None
             usage, finish = u or usage, f or finish
             if chunk is not None:
                 yield chunk
@@ -263,7 +267,7 @@ class OpenAIProvider:
                 yield ev
 
 
-def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]:
+def _parse_event(data: str, scrub=str) -> tuple[ChatChunk | None, Usage | None, str | None]:
     """One chat.completion.chunk → (content chunk, usage, finish_reason).
 
     Raises ValueError/TypeError/AttributeError on a malformed event, LLMError
@@ -275,7 +279,7 @@ def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]
     if "error" in obj:
         err = obj["error"]
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise LLMError(f"server error in stream: {_short(str(msg))}")
+        raise LLMError(f"server error in stream: {_short(scrub(str(msg)))}")
     usage = None
     if u := obj.get("usage"):
         usage = Usage.from_server(u.get("prompt_tokens"), u.get("completion_tokens"))
