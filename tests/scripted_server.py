@@ -41,6 +41,7 @@ DIRECTIVES = """\
 [[fault:endless]]               stream content deltas (1 KiB each) forever, as fast as the
                                 client reads (chunk-delay slows it), until it goes away
 [[fault:endless-line]]          start a "data:" line and never end it
+[[fault:endless-error]]         HTTP 400 whose JSON error body never ends
 [[fault:error-event]]           a 200 event stream whose first event is {"error": ...}
 [[fault:not-sse]]               HTTP 200 whose Content-Type is not text/event-stream (the
                                 queued "error" text rides in it and in the body)
@@ -51,7 +52,7 @@ DIRECTIVES = """\
 """
 
 _DIRECTIVE_RE = re.compile(r"\[\[([a-z-]+):(.*?)\]\]", re.S)
-_FAULT_RE = re.compile(r"^(?P<kind>\d{3}|timeout|disconnect|malformed|endless-line|endless"
+_FAULT_RE = re.compile(r"^(?P<kind>\d{3}|timeout|disconnect|malformed|endless-line|endless-error|endless"
                        r"|error-event|not-sse)"
                        r"(?:x(?P<count>\d+))?(?::retry-after=(?P<ra>[\d.]+))?$")
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo "
@@ -308,6 +309,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
+    def _endless_error(self) -> None:
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._chunk(b'{"error": {"message": "')
+        block = b"x" * 65536
+        try:
+            while self.owner._sleep(0):
+                self._chunk(block)
+        except OSError:
+            pass
+        self._abort()
+
     def _abort(self) -> None:
         """End the connection mid-body (FIN without the terminating chunk), so
         the client sees data it already got, then a protocol error."""
@@ -356,6 +371,8 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "timeout":
             srv._hang()
             return self._abort()
+        if kind == "endless-error":
+            return self._endless_error()
         if kind and kind.isdigit():
             status = int(kind)
             headers = {"Retry-After": fault["retry_after"]} if fault["retry_after"] else {}

@@ -56,6 +56,7 @@ class StatProbe:
 
 def hostile_project(project):
     (project / "evil.txt").write_text(("a" * 34 + "c\n") * 20000)
+    (project / ("a" * 250 + "c")).write_text("x")   # the top-level Glob meets a long name too
     deep = project / "names"
     deep.mkdir()
     for i in range(50):

@@ -203,3 +203,41 @@ def test_key_quoted_by_the_server_is_never_kept(mount_factory, scripted_server, 
         db.close()
     assert KEY not in dump and PASSWORD not in dump
     assert "***" in (m.state_dir / "daemon.log").read_text()
+
+
+def test_endless_error_body_is_not_buffered(mount_factory, scripted_server):
+    """An HTTP error whose body never ends: only its first bytes are read for
+    the reason, the daemon stays small and answering, the process ends as a
+    driver error."""
+    m = mount_factory(scripted_providers(scripted_server.url, max_retries=0))
+    base = rss(m.daemon_pid)
+    pid = m.spawn("[[fault:endless-error]] fail forever")
+    peak = base
+    deadline = time.monotonic() + 120
+    while not finished(m, pid):
+        assert time.monotonic() < deadline, "the endless error body was never cut"
+        peak = max(peak, rss(m.daemon_pid))
+        assert peak < 512 * MiB, f"daemon RSS reached {peak // MiB} MiB"
+        assert stat_answers(m)
+        time.sleep(0.05)
+    st = m.status(pid)
+    assert st["exit_code"] == 1 and st["error"]["code"] == "DRIVER", st
+    assert "HTTP 400" in st["error"]["cause"], st
+    assert m.daemon_alive()
+
+
+@pytest.mark.parametrize("fault", ["error-event", "malformed", "not-sse", 401])
+@pytest.mark.parametrize("pad", [60, 190])
+def test_a_key_cut_by_the_length_limit_is_not_kept_in_part(mount_factory, scripted_server,
+                                                           monkeypatch, fault, pad):
+    """Error texts are shortened; a key the cut falls inside must not leave
+    its first characters behind (redact first, then shorten)."""
+    monkeypatch.setenv("RNIX_HOSTILE_KEY", KEY)
+    m = mount_factory(scripted_providers(scripted_server.url, max_retries=0,
+                                         api_key="${RNIX_HOSTILE_KEY}"))
+    scripted_server.enqueue({"fault": fault, "error": "x" * pad + " " + KEY + " tail"})
+    pid = m.spawn("leak a part")
+    st = wait_for(lambda: finished(m, pid), 60, what="the process to end")
+    assert st["exit_code"] == 1 and st["error"]["code"] == "DRIVER", st
+    text = _everything(m, [pid]) + m.log()
+    assert KEY[:8] not in text, st["error"]["cause"]

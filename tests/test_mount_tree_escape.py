@@ -195,6 +195,37 @@ def test_mkdir_through_a_skills_root_leading_out(mnt, tmp_path):
     assert os.listdir(far) == []
 
 
+@pytest.mark.parametrize("roots", [(".rnix/skills", ".rnix/agents"), (".agents/skills", ".rnix/agents")])
+def test_scope_roots_symlinked_out_read_and_delete_nothing(mnt, tmp_path, roots):
+    """The skills/ and agents/ roots themselves symlinks out of the project:
+    nothing outside is listed, read, spawned from or deleted through the mount."""
+    far = tmp_path / "far"
+    skill(far / "skills", "farskill", desc="outside", body="OUTSIDE-SKILL-BODY")
+    (far / "skills/farskill/secret.txt").write_text("OUTSIDE-SECRET\n")
+    (far / "agents/faragent").mkdir(parents=True)
+    (far / "agents/faragent/agent.yaml").write_text("name: faragent\ndescription: x\ntools: [Bash]\n")
+    (far / "agents/faragent/instructions.md").write_text("OUTSIDE-PROMPT\n")
+    for root, target in zip(roots, ("skills", "agents")):
+        (mnt.project / root).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(far / target, mnt.project / root)
+    before = tree(far)
+    time.sleep(1)  # give a rescan the chance to (wrongly) pick them up
+    for cmd in ('ls -a "$M/skills/" "$M/agents/"', 'cat "$M/skills/farskill/SKILL.md"',
+                'cat "$M/skills/farskill/secret.txt"', 'ls "$M/skills/farskill"',
+                'cat "$M/agents/faragent/agent.yaml" "$M/agents/faragent/instructions.md"',
+                'cat "$M/skills/skills/farskill/SKILL.md" "$M/agents/agents/faragent/agent.yaml"',
+                'find "$M/skills/" "$M/agents/"', 'grep -r OUTSIDE "$M/skills/" "$M/agents/"'):
+        res = run(mnt, cmd)
+        assert "OUTSIDE" not in res.stdout and "farskill" not in res.stdout, (cmd, res.stdout)
+        assert "faragent" not in res.stdout, (cmd, res.stdout)
+    res = run(mnt, """echo '{"agent": "faragent", "intent": "x"}' > "$M/proc/new" """)
+    assert res.returncode != 0
+    run(mnt, 'rm -rf "$M/skills/farskill" "$M/agents/faragent" "$M/skills/skills" "$M/agents/agents"; '
+             'rm -rf "$M/skills/"* "$M/agents/"*; mv "$M/skills/farskill" "$M/skills/moved"')
+    assert tree(far) == before
+    assert mnt.daemon_alive()
+
+
 def test_race_swapping_a_directory_for_a_symlink(mnt, outside, tmp_path):
     root = mnt.project / ".rnix/skills"
     d = skill(root, "racer", body="INSIDE-BODY")

@@ -83,7 +83,7 @@ class GuardedProvider:
                 except Exception as exc:  # a driver bug or an unexpected reply
                     log.warning("%s: driver failed: %s", getattr(self.inner, "name", "?"),
                                 self.redact(repr(exc)))
-                    raise LLMError(self.redact(f"driver failed: {type(exc).__name__}: {exc}"[:300])) from None
+                    raise LLMError(self.redact(f"driver failed: {type(exc).__name__}: {exc}")[:300]) from None
                 if scope.cancelled_caught:
                     raise LLMTimeout(f"reply still streaming after max_reply_time of "
                                      f"{self.max_time:g}s; stopped")

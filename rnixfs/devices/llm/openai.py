@@ -17,13 +17,14 @@ import stamina
 from httpx_sse import aconnect_sse
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from rnixfs.config import ProviderConfig
+from rnixfs.config import ProviderConfig, url_credentials
 from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
 
 log = logging.getLogger(__name__)
 
 _MAX_CAUSE = 200
 _MAX_AFTER_DONE = 16  # events a server may still send after [DONE]
+_MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read for its reason
 
 
 class _Truncated(LLMError):
@@ -45,16 +46,29 @@ def _short(text: str, limit: int = _MAX_CAUSE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _server_message(resp: httpx.Response) -> str:
-    """The error message from an error body ({"error": {"message"}} or text)."""
+async def _error_body(resp: httpx.Response) -> bytes:
+    """The first ``_MAX_ERROR_BODY`` bytes of an error body: a server whose
+    error body never ends cannot grow the daemon's memory."""
+    body = bytearray()
+    async for part in resp.aiter_bytes():
+        body += part
+        if len(body) >= _MAX_ERROR_BODY:
+            break
+    return bytes(body[:_MAX_ERROR_BODY])
+
+
+def _server_message(resp: httpx.Response, raw: bytes, scrub=str) -> str:
+    """The error message from an error body ({"error": {"message"}} or text),
+    scrubbed before it is shortened."""
+    text = raw.decode(resp.encoding or "utf-8", "replace")
     try:
-        body = resp.json()
-    except (ValueError, UnicodeDecodeError):
-        return _short(resp.text or resp.reason_phrase)
+        body = json.loads(text)
+    except ValueError:
+        return _short(scrub(text or resp.reason_phrase))
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
         err = err.get("message") or err.get("detail") or err
-    return _short(err if isinstance(err, str) else json.dumps(err))
+    return _short(scrub(err if isinstance(err, str) else json.dumps(err)))
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -87,7 +101,10 @@ class OpenAIProvider:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
         self._url = f"{cfg.base_url}/chat/completions"
-        self._secrets = [s for s in (cfg.api_key, *cfg.headers.values()) if s and len(s) >= 4]
+        # Longest first; scrubbed before any text is shortened, so a cut never
+        # falls inside a secret and keeps its first characters.
+        found = {cfg.api_key, *cfg.headers.values(), *url_credentials(cfg.base_url or "")}
+        self._secrets = sorted((s for s in found if s and len(s) >= 4), key=len, reverse=True)
 
     def describe(self) -> dict:
         return {"type": "openai", "model": self.default_model,
@@ -171,8 +188,7 @@ class OpenAIProvider:
                     aconnect_sse(self._client, "POST", self._url, json=body))
                 resp = es.response
                 if resp.status_code != 200:
-                    await resp.aread()
-                    self._raise_status(resp)
+                    self._raise_status(resp, await _error_body(resp))
                 ctype = resp.headers.get("content-type", "")
                 if "text/event-stream" not in ctype:
                     raise LLMError(f"expected an event stream, got {ctype or 'no content type'!r}",
@@ -192,9 +208,9 @@ class OpenAIProvider:
             outer.push_async_exit(stack.pop_all())
             return chunks, pending
 
-    def _raise_status(self, resp: httpx.Response):
+    def _raise_status(self, resp: httpx.Response, raw: bytes):
         status = resp.status_code
-        msg = self._scrub(f"HTTP {status}: {_server_message(resp)}")
+        msg = self._scrub(f"HTTP {status}: {_server_message(resp, raw, self._scrub)}")
         if status == 429 or status >= 500:
             raise _Retry(msg, status=status,
                          retry_after=_retry_after(resp) if status == 429 else None)
@@ -219,9 +235,9 @@ class OpenAIProvider:
                 done = True
                 continue
             try:
-                chunk, u, f = _parse_event(data)
+                chunk, u, f = _parse_event(data, self._scrub)
             except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
-                raise LLMError(f"malformed event from server: {_short(data, 80)!r}") from None
+                raise LLMError(f"malformed event from server: {_short(self._scrub(data), 80)!r}") from None
             usage, finish = u or usage, f or finish
             if chunk is not None:
                 yield chunk
@@ -251,7 +267,7 @@ class OpenAIProvider:
                 yield ev
 
 
-def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]:
+def _parse_event(data: str, scrub=str) -> tuple[ChatChunk | None, Usage | None, str | None]:
     """One chat.completion.chunk → (content chunk, usage, finish_reason).
 
     Raises ValueError/TypeError/AttributeError on a malformed event, LLMError
@@ -263,7 +279,7 @@ def _parse_event(data: str) -> tuple[ChatChunk | None, Usage | None, str | None]
     if "error" in obj:
         err = obj["error"]
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise LLMError(f"server error in stream: {_short(str(msg))}")
+        raise LLMError(f"server error in stream: {_short(scrub(str(msg)))}")
     usage = None
     if u := obj.get("usage"):
         usage = Usage.from_server(u.get("prompt_tokens"), u.get("completion_tokens"))
