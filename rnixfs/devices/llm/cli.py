@@ -160,17 +160,18 @@ class CLIProvider:
             raise LLMError(f"cannot run {self.cfg.command}: {exc.strerror}") from None
         out = done.stdout[:OUTPUT_CAP].decode("utf-8", "replace").strip()
         if done.returncode != 0:
-            tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [out[:200]]
-            raise LLMError(f"{self.cfg.command} exited {done.returncode}: {tail[0][:200]}",
+            # not shortened here: the guard redacts secrets first, then shortens
+            tail = done.stderr[-65536:].decode("utf-8", "replace").strip().splitlines()[-1:] or [out[:4096]]
+            raise LLMError(f"{self.cfg.command} exited {done.returncode}: {tail[0][:4096]}",
                            retryable=False)
         try:
             obj = json.loads(out.splitlines()[-1] if out else "")
         except (json.JSONDecodeError, IndexError):
-            raise LLMError(f"{self.cfg.command} printed no JSON result: {out[:120]!r}") from None
+            raise LLMError(f"{self.cfg.command} printed no JSON result: {out[:4096]!r}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("result"), str):
             raise LLMError(f"{self.cfg.command} printed JSON without a text \"result\"")
         if obj.get("is_error"):
-            raise LLMError(f"{self.cfg.command} reported an error: {obj['result'][:200]}")
+            raise LLMError(f"{self.cfg.command} reported an error: {obj['result'][:4096]}")
         u = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         usage = Usage(prompt_tokens=int(u.get("input_tokens") or 0),
                       completion_tokens=int(u.get("output_tokens") or 0))

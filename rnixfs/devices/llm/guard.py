@@ -29,6 +29,9 @@ from rnixfs.devices.llm.redact import Redactor
 log = logging.getLogger(__name__)
 
 
+MAX_CAUSE = 500  # characters of a driver error kept in traces and status
+
+
 class GuardedProvider:
     """A Provider that enforces the caps and redaction around ``inner``."""
 
@@ -49,8 +52,11 @@ class GuardedProvider:
         await self.inner.aclose()
 
     def _error(self, exc: LLMError) -> LLMError:
-        """The same error class and facts, with a redacted cause."""
+        """The same error class and facts, with a redacted cause, shortened
+        only after the redaction (a key cut in two would leave a part)."""
         cause = self.redact(exc.cause)
+        if len(cause) > MAX_CAUSE:
+            cause = cause[:MAX_CAUSE] + "…"
         if cause == exc.cause:
             return exc
         return type(exc)(cause, status=exc.status, retryable=exc.retryable)
