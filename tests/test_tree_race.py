@@ -1,6 +1,6 @@
 """Hostile, in-process and fast: a directory swapped for a symlink while
 SKILL.md, agent.yaml, instructions.md, AGENTS.md and skill resources are
-read never puts an outside file into what is read (docs/skills.md,
+read or listed never puts an outside file into what is read (docs/skills.md,
 "Symlinks in skills/ and agents/")."""
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
                     seen["ok"] += 1
                 except (SkillError, SkillParseError):
                     seen["refused"] += 1
+                assert set(s.resources()) <= {"ref.md"}   # never a name from outside, never raises
                 try:
                     assert s.read_resource("ref.md") == b"inside"
                 except SkillError as exc:
