@@ -1,6 +1,6 @@
 """Hostile, in-process and fast: a directory swapped for a symlink while
 SKILL.md, agent.yaml, instructions.md, AGENTS.md and skill resources are
-read never puts an outside file into what is read (docs/skills.md,
+read or listed never puts an outside file into what is read (docs/skills.md,
 "Symlinks in skills/ and agents/")."""
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
                     seen["ok"] += 1
                 except (SkillError, SkillParseError):
                     seen["refused"] += 1
+                assert set(s.resources()) <= {"ref.md"}   # never a name from outside, never raises
                 try:
                     assert s.read_resource("ref.md") == b"inside"
                 except SkillError as exc:
@@ -100,3 +101,26 @@ def test_confined_dir_and_read_in_scope(tmp_path):
     with pytest.raises(ScopeEscape):
         read_in_scope(scope, tmp_path / "elsewhere.md", 100)   # not below the scope root at all
     assert read_in_scope(scope, scope / "skills" / "alias" / "f.md", 100) == (b"inside", 6)
+
+
+def test_a_skill_root_swapped_for_a_symlink_never_breaks_resolution(tmp_path):
+    """``.rnix/skills`` itself trading places with a symlink leading out:
+    resolution neither raises (realpath racing the swap) nor takes an outside skill."""
+    project, cfg, outside = tmp_path / "project", tmp_path / "cfg", tmp_path / "outside"
+    root = project / ".rnix/skills"
+    for base, desc in ((root, "inside"), (outside, "OUTSIDE")):
+        (base / "s").mkdir(parents=True)
+        (base / "s" / "SKILL.md").write_text(f"---\nname: s\ndescription: {desc}\n---\nbody\n")
+    cfg.mkdir()
+    swapper = swap_forever(root, outside)
+    seen = {"inside": 0, "absent": 0}
+    try:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            res = resolve_skills(project, cfg)
+            s = res.winners.get("s")
+            assert s is None or s.description in ("inside", "")   # "": refused mid-swap
+            seen["inside" if s is not None and s.description else "absent"] += 1
+    finally:
+        stop_swapping(swapper, root)
+    assert seen["inside"] and seen["absent"]  # both sides of the swap were hit

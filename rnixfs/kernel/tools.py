@@ -264,7 +264,11 @@ class Tools:
                 return usable[name], rest.strip("/") or ".", prefix + name
         usable = self.usable_skills(proc) if usable is None else usable
         for s in usable.values():
-            for base in dict.fromkeys((str(s.path), os.path.realpath(s.path))):
+            try:
+                real = os.path.realpath(s.path)
+            except OSError:   # realpath races a swap (EINVAL): the path as written only
+                real = str(s.path)
+            for base in dict.fromkeys((str(s.path), real)):
                 if p == base or p.startswith(base.rstrip("/") + "/"):
                     return s, p[len(base):].strip("/") or ".", base
         return None

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fileio import NotRegularFile, ScopeEscape, read_below, read_in_scope
+from ..fileio import NotRegularFile, ScopeEscape, confined_dir, read_below, read_in_scope
 from .parse import (
     MAX_SKILL_MD_BYTES, SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, check_synergy,
     decode_skill_md, lenient_check, name_key, parse_skill_md,
@@ -199,49 +200,52 @@ class Skill:
         ``MAX_SCANNED`` directory entries). Dot-files and dot-directories
         (``.git``, ``.DS_Store``) are not listed. A symlink is listed (by its
         own path) or descended into only when its target stays inside the
-        skill directory; each real directory is walked once (no loops).
+        skill directory; each real directory is walked once (no loops). The
+        skill is reached by the race-free walk from its scope root and walked
+        confined to itself: a swap never lists an outside directory.
         """
-        base = os.path.realpath(self.path)
-        if self.confine is not None and not is_within(base, self.confine):
+        from ..devices.fs import FsError
+
+        try:
+            ws = confined_dir(self.scope_root, self.path)
+        except OSError:        # leaves its scope, or gone
             return []
         out: list[str] = []
         seen: set[tuple[int, int]] = set()
         scanned = 0
         stack = [("", 0)]
-        while stack:
-            rel_dir, depth = stack.pop()
-            full_dir = os.path.join(base, rel_dir) if rel_dir else base
-            try:
-                st = os.stat(full_dir)
-                if (st.st_dev, st.st_ino) in seen:
-                    continue
-                seen.add((st.st_dev, st.st_ino))
-                with os.scandir(full_dir) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-            except OSError:
-                continue
-            subdirs = []
-            for entry in entries:
-                scanned += 1
-                if scanned > MAX_SCANNED:
-                    return sorted(out)
-                if entry.name.startswith("."):
-                    continue
-                rel = os.path.join(rel_dir, entry.name) if rel_dir else entry.name
+        with ws:
+            while stack:
+                rel_dir, depth = stack.pop()
                 try:
-                    if entry.is_symlink() and not is_within(os.path.realpath(entry.path), base):
+                    st = ws.stat(rel_dir)
+                    if (st.st_dev, st.st_ino) in seen:
                         continue
-                    is_dir, is_file = entry.is_dir(), entry.is_file()
-                except OSError:
+                    seen.add((st.st_dev, st.st_ino))
+                    entries = ws.entries(rel_dir)
+                except (FsError, OSError):
                     continue
-                if is_dir:
-                    if depth + 1 < MAX_RESOURCE_DEPTH:
-                        subdirs.append((rel, depth + 1))
-                elif is_file and rel != SKILL_FILE:
-                    out.append(rel)
-                    if len(out) >= MAX_RESOURCES:
+                subdirs = []
+                for name, lst in entries:
+                    scanned += 1
+                    if scanned > MAX_SCANNED:
                         return sorted(out)
-            stack.extend(reversed(subdirs))
+                    if name.startswith("."):
+                        continue
+                    rel = os.path.join(rel_dir, name) if rel_dir else name
+                    if stat.S_ISLNK(lst.st_mode):
+                        try:   # followed only while inside the skill
+                            lst = ws.stat(rel)
+                        except (FsError, OSError):
+                            continue
+                    if stat.S_ISDIR(lst.st_mode):
+                        if depth + 1 < MAX_RESOURCE_DEPTH:
+                            subdirs.append((rel, depth + 1))
+                    elif stat.S_ISREG(lst.st_mode) and rel != SKILL_FILE:
+                        out.append(rel)
+                        if len(out) >= MAX_RESOURCES:
+                            return sorted(out)
+                stack.extend(reversed(subdirs))
         return sorted(out)
 
     def read_resource(self, rel: str, limit: int = MAX_RESOURCE_BYTES) -> bytes:

@@ -391,9 +391,13 @@ class SkillCache:
 
 
 def _project_root_ok(root: ScopePath) -> str | None:
-    """The realpath a project root must stay inside, or None if it leaves it."""
-    confine = os.path.realpath(root.path.parent.parent)
-    return confine if is_within(os.path.realpath(root.path), confine) else None
+    """The realpath a project root must stay inside, or None if it leaves it
+    (or is being swapped: realpath racing a swap raises EINVAL)."""
+    try:
+        confine = os.path.realpath(root.path.parent.parent)
+        return confine if is_within(os.path.realpath(root.path), confine) else None
+    except OSError:
+        return None
 
 
 def resolve_skills(

@@ -47,19 +47,29 @@ def write_record(skill_dir: Path, record: dict) -> None:
 
 def apply_package_info(skill) -> None:
     """Give a Skill the VERSION and SOURCE its record states. A project skill
-    directory that is a symlink leading out of the project is not read."""
-    if skill.scope == "project":
-        project = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(skill.root))))
-        real = os.path.realpath(skill.path)
-        if real != project and not real.startswith(project + os.sep):
-            return
-    rec = read_record(skill.path)
+    directory that leads out of its scope root (a symlink, or one swapped
+    in while this runs) is not read: the record is reached by the race-free
+    walk from the scope root (docs/skills.md, "Symlinks in skills/ and agents/")."""
+    rec = _read_record_in_scope(skill)
     if rec is None:
         return
     skill.source = "community"
     v = rec.get("version")
     if isinstance(v, (str, int, float)) and str(v):
         skill.installed_version = str(v)
+
+
+def _read_record_in_scope(skill) -> dict | None:
+    from ...fileio import read_in_scope
+
+    try:
+        data, size = read_in_scope(skill.scope_root, Path(skill.path) / REGISTRY_FILE, MAX_BYTES)
+        if size > MAX_BYTES:
+            return None
+        rec = yaml.safe_load(data)
+    except (OSError, ValueError, yaml.YAMLError):  # absent, outside, not a file: no record
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 def scripts_allowed(skill_dir: Path | str) -> bool:
