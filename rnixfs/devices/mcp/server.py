@@ -13,8 +13,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
+from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ MAX_RESULT_BYTES = 1024 * 1024  # one tool result, as text, before "[truncated]"
 START_TIMEOUT = 30.0
 BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
 STDERR_LINE = 4096
+STDERR_TAIL = 3  # lines of a server's stderr kept to explain a failed start
 # Run by path: the server gets a minimal environment (no PYTHONPATH), and
 # the launcher imports nothing of rnixfs.
 LAUNCHER = str(Path(__file__).with_name("launch.py"))
@@ -76,6 +79,8 @@ class McpServer:
         self._last_use = time.monotonic()
         self._failures = 0
         self._retry_at = 0.0
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._stderr_done: trio.Event | None = None
 
     # -- what status shows -----------------------------------------------------------
     def status(self) -> dict:
@@ -148,12 +153,16 @@ class McpServer:
         assert ready is not None and stop is not None
         errlog = None
         crashed = False
+        stderr_done = None
         try:
             if self.cfg.command:
+                self._check_command()
                 r, w = os.pipe()
                 os.set_blocking(r, False)
                 errlog = os.fdopen(w, "w")
-                self._nursery.start_soon(self._pump_stderr, r)
+                self._stderr_tail.clear()
+                stderr_done = self._stderr_done = trio.Event()
+                self._nursery.start_soon(self._pump_stderr, r, stderr_done)
                 target = self._stdio(errlog)
             else:
                 target = _http(self.cfg.url, self.cfg.headers, self.cfg.timeout)
@@ -180,6 +189,9 @@ class McpServer:
         except Exception as exc:  # noqa: BLE001 - whatever the server did, say it
             crashed = True
             cause = _describe(exc)
+            if not ready.is_set() and stderr_done is not None:
+                cause += await self._stderr_reason(stderr_done, errlog)
+                errlog = None
             self._note_error(cause)
             log.warning("mcp %s: %s", self.name, self.redact(cause))
         finally:
@@ -236,7 +248,30 @@ class McpServer:
             except Exception as exc:  # noqa: BLE001 - optional capability
                 log.info("mcp %s: prompts/list failed: %s", self.name, self.redact(str(exc)))
 
-    async def _pump_stderr(self, fd: int) -> None:
+    def _check_command(self) -> None:
+        """A command that cannot be run fails the start with that reason
+        (say `uvx` or `npx` not installed), not a bare "connection closed"."""
+        command = self.cfg.command or ""
+        if "/" in command:
+            path = os.path.join(self.cfg.cwd or str(self._cwd), command)
+            found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+        else:
+            search = self.cfg.env.get("PATH", os.environ.get("PATH", os.defpath))
+            found = shutil.which(command, path=search)
+        if found is None:
+            raise FileNotFoundError(f"cannot run command {command!r}: not found or not executable"
+                                    + ("" if "/" in command else " on PATH"))
+
+    async def _stderr_reason(self, done: trio.Event, errlog) -> str:
+        """The last lines the server wrote before a failed start, to say why."""
+        if errlog is not None:
+            errlog.close()
+        with trio.move_on_after(2):
+            await done.wait()
+        tail = [line.strip() for line in self._stderr_tail if line.strip()]
+        return f" (server stderr: {' | '.join(tail)[-500:]})" if tail else ""
+
+    async def _pump_stderr(self, fd: int, done: trio.Event | None = None) -> None:
         """The server's stderr, line by line, into the daemon log."""
         stream = trio.lowlevel.FdStream(fd)
         buf = b""
@@ -249,11 +284,19 @@ class McpServer:
                     buf += chunk
                     *lines, buf = buf.split(b"\n")
                     for line in lines:
-                        log.info("mcp %s stderr: %s", self.name,
-                                 self.redact(line[:STDERR_LINE].decode("utf-8", "replace")))
+                        text = self.redact(line[:STDERR_LINE].decode("utf-8", "replace"))
+                        self._stderr_tail.append(text)
+                        log.info("mcp %s stderr: %s", self.name, text)
                     buf = buf[-STDERR_LINE:]
+            if buf.strip():  # a last line without a newline
+                text = self.redact(buf.decode("utf-8", "replace"))
+                self._stderr_tail.append(text)
+                log.info("mcp %s stderr: %s", self.name, text)
         except (trio.ClosedResourceError, OSError):
             pass
+        finally:
+            if done is not None:
+                done.set()
 
     # -- calls ------------------------------------------------------------------------
     def tool(self, name: str) -> Tool:
