@@ -325,3 +325,52 @@ def test_slow_start_is_waited_for_and_ls_stays_answering(mcp_mount):
     assert json.loads(res.stdout)["state"] == "starting"  # status answers while it starts
     assert (m.path.parent / "slow.out").read_text() == "2\n"
     assert time.monotonic() - t0 >= 3
+
+
+def test_a_command_not_installed_says_so(mcp_mount):
+    """`uvx`/`npx` servers where those are not installed: the reason is in
+    status and the log, not a bare "connection closed"."""
+    m = mcp_mount({"git": {"command": "rnixfs-test-no-such-uvx", "args": ["mcp-server-git"]}})
+    res = sh(f'ls "{m.p("dev/mcp/git/tools")}"')
+    assert res.returncode != 0
+    message = status(m, "git")["last_error"]["message"]
+    assert "rnixfs-test-no-such-uvx" in message and "not found" in message, message
+    res = call(m, "git", "git_status", "{}")
+    assert res.returncode != 0 or res.stdout.startswith("error: ")
+    assert m.daemon_alive()
+
+
+def test_a_server_dying_at_start_shows_its_stderr(mcp_mount):
+    m = mcp_mount({"t": scripted(env={"MCP_TEST_DIE_AT_START": "no database at /x"})})
+    assert sh(f'ls "{m.p("dev/mcp/t/tools")}"').returncode != 0
+    st = status(m, "t")
+    assert st["state"] == "failed" and "no database at /x" in st["last_error"]["message"], st
+
+
+def test_hostile_names_are_escaped_to_one_component(mcp_mount):
+    m = mcp_mount({"t": scripted(env={"MCP_TEST_ODD": "1"})})
+    tools = os.listdir(m.p("dev/mcp/t/tools"))
+    assert {"a%2Fb", "%2E%2E", "ok.dot", "add"} <= set(tools), tools
+    assert call(m, "t", "a%2Fb", "{}").stdout.strip() == "odd tool a/b"
+    assert call(m, "t", "%2E%2E", "{}").stdout.strip() == "odd tool .."
+    assert json.loads(Path(m.p("dev/mcp/t/tools/a%2Fb/schema")).read_text())["name"] == "a/b"
+    resources = os.listdir(m.p("dev/mcp/t/resources"))
+    assert len(resources) == 6 and len(set(resources)) == 6, resources  # the two long URIs stay apart
+    for name in resources:
+        assert "/" not in name and name not in (".", "..") and len(name.encode()) <= 255
+    assert "file%3A%2F%2F%2F..%2F..%2Fetc%2Fpasswd" in resources
+    contents = {Path(m.p(f"dev/mcp/t/resources/{n}")).read_text() for n in resources if n.startswith("x%3A%2F%2Fzz")}
+    assert contents == {"odd resource 3\n", "odd resource 4\n"}
+    assert Path(m.p("dev/mcp/t/resources/file%3A%2F%2F%2F..%2F..%2Fetc%2Fpasswd")).read_text() == "odd resource 0\n"
+    assert os.listdir(m.p("dev/mcp/t/prompts")).count("..%2Fup") == 1
+    for bad in ("..", "../../..", "x/../.."):
+        assert not os.path.exists(m.p(f"dev/mcp/t/resources/{bad}/etc")), bad
+    assert m.daemon_alive()
+
+
+def test_streamable_http_sends_the_configured_headers(mcp_mount, http_server):
+    m = mcp_mount({"h": {"url": http_server, "headers": {"X-Api-Key": "${MCP_TEST_TOKEN}"}}},
+                  env={"MCP_TEST_TOKEN": SECRET})
+    res = call(m, "h", "header", '{"name": "x-api-key"}')
+    assert res.stdout.strip() == hashlib.sha256(SECRET.encode()).hexdigest(), res.stdout
+    assert SECRET not in json.dumps(status(m, "h")) and SECRET not in m.log()
