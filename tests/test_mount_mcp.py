@@ -374,3 +374,19 @@ def test_streamable_http_sends_the_configured_headers(mcp_mount, http_server):
     res = call(m, "h", "header", '{"name": "x-api-key"}')
     assert res.stdout.strip() == hashlib.sha256(SECRET.encode()).hexdigest(), res.stdout
     assert SECRET not in json.dumps(status(m, "h")) and SECRET not in m.log()
+
+
+def test_a_crash_is_noticed_and_the_next_call_restarts_at_once(mcp_mount):
+    m = mcp_mount({"t": scripted()})
+    assert call(m, "t", "add", '{"a": 1, "b": 1}').stdout == "2\n"
+    launcher = psutil.Process(status(m, "t")["pid"])
+    (server,) = launcher.children()
+    server.kill()  # between calls, by nobody's call
+    wait_for(lambda: status(m, "t")["state"] == "failed", 30, what="the exit to be noticed")
+    assert "exited" in status(m, "t")["last_error"]["message"]
+    res = call(m, "t", "add", '{"a": 2, "b": 3}')
+    assert res.stdout == "5\n", (res.stdout, res.stderr)
+    assert status(m, "t")["pid"] != launcher.pid
+    # a crash during a call: that call fails, the next one restarts the server
+    assert call(m, "t", "crash", "{}").stdout.startswith("error: ")
+    assert call(m, "t", "add", '{"a": 4, "b": 4}').stdout == "8\n"

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 MAX_RESULT_BYTES = 1024 * 1024  # one tool result, as text, before "[truncated]"
 START_TIMEOUT = 30.0
-BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+# Wait before start N+1 after N failures in a row: the first restart is at
+# once, so the call after a crash finds the server again.
+BACKOFF = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
 STDERR_LINE = 4096
 STDERR_TAIL = 3  # lines of a server's stderr kept to explain a failed start
 # Run by path: the server gets a minimal environment (no PYTHONPATH), and
@@ -108,6 +110,8 @@ class McpServer:
     async def start(self) -> None:
         """Start (or join a start in progress); raise if the server cannot serve."""
         self._last_use = time.monotonic()
+        while self.state == "ready" and self._client is None:  # a session on its way out
+            await self.changed.wait()
         if self.state == "ready":
             return
         if self.state != "starting":
@@ -214,9 +218,13 @@ class McpServer:
             if idle <= 0 and self.inflight == 0:
                 log.info("mcp %s: idle for %gs, stopping", self.name, self.cfg.idle_timeout)
                 return False
-            with trio.move_on_after(max(idle, 1.0)):
+            with trio.move_on_after(min(max(idle, 0.1), 1.0)):
                 await stop.wait()
             if self._client is None:  # a call saw the session break
+                return True
+            if self.pid is not None and not _alive(self.pid):  # died between calls
+                self._note_error("server exited")
+                log.warning("mcp %s: server exited", self.name)
                 return True
         return False
 
@@ -420,6 +428,14 @@ def _is_broken(exc: BaseException) -> bool:
         return any(_is_broken(e) for e in exc.exceptions)
     return isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream,
                             ConnectionError, EOFError)) or "closed" in str(exc).lower()
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _launcher_pid(tag: str) -> int | None:
