@@ -1,6 +1,6 @@
 """A scripted MCP server for the tests (the SDK's MCPServer), with faults.
 
-    python tests/mcp_server.py [stdio | http PORT]
+    python tests/mcp_server.py [stdio | http PORT | sse PORT]
 
 Tools: echo, add, crash (the server exits mid-call), hang (never answers),
 huge (N bytes of text), fail (a tool error), env (one environment variable).
@@ -115,5 +115,7 @@ if __name__ == "__main__":
     print("scripted mcp server started", file=sys.stderr, flush=True)
     if len(sys.argv) > 2 and sys.argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    elif len(sys.argv) > 2 and sys.argv[1] == "sse":
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run()

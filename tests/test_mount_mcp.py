@@ -267,8 +267,17 @@ def _free_port() -> int:
 
 @pytest.fixture
 def http_server():
+    yield from _serve("http", "/mcp")
+
+
+@pytest.fixture
+def sse_server():
+    yield from _serve("sse", "/sse")
+
+
+def _serve(transport: str, path: str):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, SCRIPTED, "http", str(port)], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, SCRIPTED, transport, str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         def up():
@@ -278,7 +287,7 @@ def http_server():
             except OSError:
                 return False
         wait_for(up, 60, what="the HTTP MCP server")
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         proc.terminate()
         try:
@@ -390,3 +399,19 @@ def test_a_crash_is_noticed_and_the_next_call_restarts_at_once(mcp_mount):
     # a crash during a call: that call fails, the next one restarts the server
     assert call(m, "t", "crash", "{}").stdout.startswith("error: ")
     assert call(m, "t", "add", '{"a": 4, "b": 4}').stdout == "8\n"
+
+
+def test_claude_code_mcp_json_as_written(mcp_mount, sse_server):
+    """`.mcp.json` entries as Claude Code writes them: `type`, `${VAR:-default}`,
+    an SSE server; an unknown type is refused with the reason."""
+    m = mcp_mount(mcp_json={
+        "local": {"type": "stdio", "command": sys.executable, "args": ["${MCP_TEST_UNSET_DIR:-" + SCRIPTED + "}"]},
+        "events": {"type": "sse", "url": sse_server},
+        "weird": {"type": "websocket", "url": "ws://127.0.0.1:9/"}})
+    assert sorted(os.listdir(m.p("dev/mcp"))) == ["events", "local"]
+    assert call(m, "local", "add", '{"a": 1, "b": 2}').stdout == "3\n"
+    assert status(m, "events")["transport"] == "sse"
+    res = call(m, "events", "echo", '{"text": "over sse"}')
+    assert res.stdout.strip() == "over sse", (res.stdout, status(m, "events"))
+    errors = " ".join(json.loads(os.getxattr(m.path, "user.rnixfs.daemon"))["mcp"]["errors"])
+    assert "'weird'" in errors and "websocket" in errors, errors

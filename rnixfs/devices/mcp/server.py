@@ -169,7 +169,7 @@ class McpServer:
                 self._nursery.start_soon(self._pump_stderr, r, stderr_done)
                 target = self._stdio(errlog)
             else:
-                target = _http(self.cfg.url, self.cfg.headers, self.cfg.timeout)
+                target = (_sse if self.cfg.sse else _http)(self.cfg.url, self.cfg.headers, self.cfg.timeout)
             # One scope for the start: its deadline is lifted once ready.
             with trio.CancelScope(deadline=trio.current_time() + START_TIMEOUT) as starting:
                 async with Client(target, read_timeout_seconds=self.cfg.timeout, cache=None) as client:
@@ -458,3 +458,11 @@ async def _http(url: str, headers: dict[str, str], timeout: float):
     async with httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as http:
         async with streamable_http_client(url, http_client=http) as streams:
             yield streams
+
+
+@asynccontextmanager
+async def _sse(url: str, headers: dict[str, str], timeout: float):
+    """The older HTTP+SSE transport, for `.mcp.json` entries of `type: sse`."""
+    from mcp.client.sse import sse_client
+    async with sse_client(url, headers=dict(headers), timeout=timeout) as streams:
+        yield streams
