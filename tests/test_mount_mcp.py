@@ -415,3 +415,12 @@ def test_claude_code_mcp_json_as_written(mcp_mount, sse_server):
     assert res.stdout.strip() == "over sse", (res.stdout, status(m, "events"))
     errors = " ".join(json.loads(os.getxattr(m.path, "user.rnixfs.daemon"))["mcp"]["errors"])
     assert "'weird'" in errors and "websocket" in errors, errors
+
+
+def test_a_server_installed_beside_rnixfs_is_found_by_name(mcp_mount):
+    """`command: mcp-server-time`, the console script pip installed into
+    rnixfs's own environment, works when that environment is not on PATH."""
+    m = mcp_mount({"time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]}},
+                  env={"PATH": "/usr/bin:/bin"})
+    res = call(m, "time", "get_current_time", '{"timezone": "UTC"}')
+    assert json.loads(res.stdout)["timezone"] == "UTC", (res.stdout, status(m, "time"))

@@ -142,12 +142,12 @@ class McpServer:
         self._retry_at = 0.0
         await self.start()
 
-    def _stdio(self, errlog):
+    def _stdio(self, errlog, command: str):
         from mcp.client.stdio import StdioServerParameters, stdio_client
         params = StdioServerParameters(
             command=sys.executable,
             args=[LAUNCHER, f"--tag=rnixfs-mcp:{id(self)}",
-                  self.cfg.command, *self.cfg.args],
+                  command, *self.cfg.args],
             env=dict(self.cfg.env), cwd=self.cfg.cwd or str(self._cwd))
         return stdio_client(params, errlog=errlog)
 
@@ -160,14 +160,14 @@ class McpServer:
         stderr_done = None
         try:
             if self.cfg.command:
-                self._check_command()
+                command = self._find_command()
                 r, w = os.pipe()
                 os.set_blocking(r, False)
                 errlog = os.fdopen(w, "w")
                 self._stderr_tail.clear()
                 stderr_done = self._stderr_done = trio.Event()
                 self._nursery.start_soon(self._pump_stderr, r, stderr_done)
-                target = self._stdio(errlog)
+                target = self._stdio(errlog, command)
             else:
                 target = (_sse if self.cfg.sse else _http)(self.cfg.url, self.cfg.headers, self.cfg.timeout)
             # One scope for the start: its deadline is lifted once ready.
@@ -256,19 +256,24 @@ class McpServer:
             except Exception as exc:  # noqa: BLE001 - optional capability
                 log.info("mcp %s: prompts/list failed: %s", self.name, self.redact(str(exc)))
 
-    def _check_command(self) -> None:
-        """A command that cannot be run fails the start with that reason
-        (say `uvx` or `npx` not installed), not a bare "connection closed"."""
+    def _find_command(self) -> str:
+        """The command to run. A bare name is looked up on PATH, then beside
+        the daemon's Python (a server installed into rnixfs's own environment
+        works when that environment is not activated). A command that cannot
+        be run fails the start with that reason (say `uvx` or `npx` not
+        installed), not a bare "connection closed"."""
         command = self.cfg.command or ""
         if "/" in command:
             path = os.path.join(self.cfg.cwd or str(self._cwd), command)
-            found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+            found = command if os.path.isfile(path) and os.access(path, os.X_OK) else None
         else:
             search = self.cfg.env.get("PATH", os.environ.get("PATH", os.defpath))
-            found = shutil.which(command, path=search)
-        if found is None:
-            raise FileNotFoundError(f"cannot run command {command!r}: not found or not executable"
-                                    + ("" if "/" in command else " on PATH"))
+            found = shutil.which(command, path=search) and command
+            found = found or shutil.which(command, path=os.path.dirname(sys.executable))
+        if found:
+            return found
+        raise FileNotFoundError(f"cannot run command {command!r}: not found or not executable"
+                                + ("" if "/" in command else " on PATH"))
 
     async def _stderr_reason(self, done: trio.Event, errlog) -> str:
         """The last lines the server wrote before a failed start, to say why."""
