@@ -81,12 +81,20 @@ def status(m, server: str) -> dict:
     return json.loads(Path(m.p(f"dev/mcp/{server}/status")).read_text())
 
 
-def launchers(tag_server: str | None = None) -> list[psutil.Process]:
+def launchers(m) -> list[psutil.Process]:
+    """The server launchers of this mount's daemon (other mounts, of other
+    tests running at the same time, have their own)."""
     out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if any(c.endswith("mcp/launch.py") for c in cmd) and (tag_server is None or tag_server in cmd):
-            out.append(p)
+    try:
+        children = psutil.Process(m.daemon_pid).children()
+    except psutil.NoSuchProcess:
+        return out
+    for p in children:
+        try:
+            if any(c.endswith("mcp/launch.py") for c in p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
     return out
 
 
@@ -194,7 +202,7 @@ def test_ctl_resources_prompts(mcp_mount):
     assert greet["messages"][0]["content"] == "Say hello."
     sh(f'echo stop > "{m.p("dev/mcp/t/ctl")}"', check=True)
     assert status(m, "t")["state"] == "stopped"
-    wait_for(lambda: not launchers(), 30, what="the server to go")
+    wait_for(lambda: not launchers(m), 30, what="the server to go")
     sh(f'echo restart > "{m.p("dev/mcp/t/ctl")}"', check=True)
     assert status(m, "t")["state"] == "ready"
 
@@ -231,9 +239,9 @@ def test_secrets_never_show(mcp_mount):
 def test_no_server_outlives_the_daemon(mcp_mount):
     m = mcp_mount({"t": scripted()})
     os.listdir(m.p("dev/mcp/t/tools"))
-    assert launchers()
-    server_pids = [c.pid for p in launchers() for c in p.children(recursive=True)] + \
-        [p.pid for p in launchers()]
+    assert launchers(m)
+    server_pids = [c.pid for p in launchers(m) for c in p.children(recursive=True)] + \
+        [p.pid for p in launchers(m)]
     os.kill(m.daemon_pid, signal.SIGKILL)
 
     def gone():
@@ -246,7 +254,7 @@ def test_umount_stops_servers(mcp_mount):
     m = mcp_mount({"t": scripted(), "time": reference()})
     os.listdir(m.p("dev/mcp/t/tools"))
     os.listdir(m.p("dev/mcp/time/tools"))
-    pids = [p.pid for p in launchers()]
+    pids = [p.pid for p in launchers(m)]
     assert len(pids) == 2
     cleanup(m)
     wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 30, what="servers to stop")
