@@ -143,3 +143,20 @@ def test_tool_names_a_provider_would_refuse_are_left_out(world):
     assert not [n for n in names if n.startswith("mcp__odd__") and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n)]
     assert tool_results(m, pid)[0].strip() == "3"
     assert "'a/b' skipped" in trace(m, pid), trace(m, pid)
+
+
+def test_a_server_whose_entry_is_unusable_fails_the_spawn_with_the_reason(tmp_path, scripted_server):
+    project = tmp_path / "project"
+    (project / ".rnix").mkdir(parents=True)
+    (project / ".rnix" / "mcp.yaml").write_text(json.dumps({"servers": {
+        "git": {**SERVER, "env": {"GIT_TOKEN": "${RNIXFS_TEST_UNSET_TOKEN}"}}}}))
+    m = do_mount(tmp_path, scripted_providers(scripted_server.url, timeout=60))
+    try:
+        agent(m, "gitter", "name: gitter\nmcp: [git]\n")
+        res = sh(f'exec 3<>"{m.p("proc/new")}"; echo \'{{"intent": "x", "agent": "gitter"}}\' >&3; '
+                 f'rc=$?; head -n1 <&3; exit $rc')
+        assert res.returncode != 0 and "No such file" in res.stderr
+        assert "'git'" in res.stdout and "RNIXFS_TEST_UNSET_TOKEN is not set" in res.stdout, res.stdout
+        assert m.daemon_alive()
+    finally:
+        cleanup(m)
