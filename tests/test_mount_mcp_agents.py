@@ -70,7 +70,7 @@ def test_agent_calls_an_mcp_tool(world):
     spec = next(t for t in server.requests[0]["tools"] if t["function"]["name"] == "mcp__t__add")
     assert spec["function"]["parameters"]["required"] == ["a", "b"]
     tr = trace(m, pid)
-    assert 'Call("t/add", 18 bytes) = 3 bytes' in tr, tr
+    assert 'Call("mcp__t__add", 18 bytes) = 3 bytes' in tr, tr
     assert m.status(pid)["mcp_servers"] == ["t"]
 
 
@@ -128,7 +128,7 @@ def test_agent_calls_a_reference_server_from_pypi(world):
     assert "mcp__time__get_current_time" in offered(server.requests[0])
     answer = json.loads(tool_results(m, pid)[0])
     assert answer["timezone"] == "Asia/Tokyo" and answer["datetime"].endswith("+09:00"), answer
-    assert 'Call("time/get_current_time", 26 bytes) = ' in trace(m, pid), trace(m, pid)
+    assert 'Call("mcp__time__get_current_time", 26 bytes) = ' in trace(m, pid), trace(m, pid)
 
 
 def test_tool_names_a_provider_would_refuse_are_left_out(world):
