@@ -120,6 +120,7 @@ def test_reference_server_from_pypi(mcp_mount):
     assert "get_current_time" in os.listdir(m.p("dev/mcp/time/tools"))
     schema = json.loads(Path(m.p("dev/mcp/time/tools/get_current_time/schema")).read_text())
     assert "timezone" in schema["input_schema"]["properties"]
+    assert schema["inputSchema"] == schema["input_schema"] and schema["description"]
     res = call(m, "time", "get_current_time", '{"timezone": "Asia/Tokyo"}')
     assert res.returncode == 0, res.stderr
     answer = json.loads(res.stdout)

@@ -48,7 +48,10 @@ class Tool:
     input_schema: dict
 
     def schema(self) -> dict:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        """What `schema` shows; the input schema under both spellings: rnixfs's
+        and MCP's own (`inputSchema`), so scripts written for either work."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
+                "inputSchema": self.input_schema}
 
 
 @dataclass
