@@ -196,12 +196,14 @@ class Catalog:
             if errors:
                 raise _invalid(errors[0])
             return sorted(inline), inline
-        configured, _ = load_servers(self.project, self.config_dir)
+        configured, errors = load_servers(self.project, self.config_dir)
         names = []
         for name in spec:
             if not isinstance(name, str) or name not in configured:
                 where = ".rnix/mcp.yaml, .mcp.json or mcp.yaml in the config directory"
-                raise _not_found(f'agent "{agent.name}": MCP server {name!r} is not configured ({where})')
+                why = [e for e in errors if f"server {name!r}" in e]  # defined, but unusable
+                raise _not_found(f'agent "{agent.name}": MCP server {name!r} is not configured '
+                                 + (f"(its entry is unusable: {why[-1]})" if why else f"({where})"))
             names.append(name)
         return names, {}
 

@@ -81,12 +81,20 @@ def status(m, server: str) -> dict:
     return json.loads(Path(m.p(f"dev/mcp/{server}/status")).read_text())
 
 
-def launchers(tag_server: str | None = None) -> list[psutil.Process]:
+def launchers(m) -> list[psutil.Process]:
+    """The server launchers of this mount's daemon (other mounts, of other
+    tests running at the same time, have their own)."""
     out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if any(c.endswith("mcp/launch.py") for c in cmd) and (tag_server is None or tag_server in cmd):
-            out.append(p)
+    try:
+        children = psutil.Process(m.daemon_pid).children()
+    except psutil.NoSuchProcess:
+        return out
+    for p in children:
+        try:
+            if any(c.endswith("mcp/launch.py") for c in p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
     return out
 
 
@@ -112,6 +120,7 @@ def test_reference_server_from_pypi(mcp_mount):
     assert "get_current_time" in os.listdir(m.p("dev/mcp/time/tools"))
     schema = json.loads(Path(m.p("dev/mcp/time/tools/get_current_time/schema")).read_text())
     assert "timezone" in schema["input_schema"]["properties"]
+    assert schema["inputSchema"] == schema["input_schema"] and schema["description"]
     res = call(m, "time", "get_current_time", '{"timezone": "Asia/Tokyo"}')
     assert res.returncode == 0, res.stderr
     answer = json.loads(res.stdout)
@@ -194,7 +203,7 @@ def test_ctl_resources_prompts(mcp_mount):
     assert greet["messages"][0]["content"] == "Say hello."
     sh(f'echo stop > "{m.p("dev/mcp/t/ctl")}"', check=True)
     assert status(m, "t")["state"] == "stopped"
-    wait_for(lambda: not launchers(), 30, what="the server to go")
+    wait_for(lambda: not launchers(m), 30, what="the server to go")
     sh(f'echo restart > "{m.p("dev/mcp/t/ctl")}"', check=True)
     assert status(m, "t")["state"] == "ready"
 
@@ -231,9 +240,9 @@ def test_secrets_never_show(mcp_mount):
 def test_no_server_outlives_the_daemon(mcp_mount):
     m = mcp_mount({"t": scripted()})
     os.listdir(m.p("dev/mcp/t/tools"))
-    assert launchers()
-    server_pids = [c.pid for p in launchers() for c in p.children(recursive=True)] + \
-        [p.pid for p in launchers()]
+    assert launchers(m)
+    server_pids = [c.pid for p in launchers(m) for c in p.children(recursive=True)] + \
+        [p.pid for p in launchers(m)]
     os.kill(m.daemon_pid, signal.SIGKILL)
 
     def gone():
@@ -246,7 +255,7 @@ def test_umount_stops_servers(mcp_mount):
     m = mcp_mount({"t": scripted(), "time": reference()})
     os.listdir(m.p("dev/mcp/t/tools"))
     os.listdir(m.p("dev/mcp/time/tools"))
-    pids = [p.pid for p in launchers()]
+    pids = [p.pid for p in launchers(m)]
     assert len(pids) == 2
     cleanup(m)
     wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 30, what="servers to stop")
@@ -267,8 +276,17 @@ def _free_port() -> int:
 
 @pytest.fixture
 def http_server():
+    yield from _serve("http", "/mcp")
+
+
+@pytest.fixture
+def sse_server():
+    yield from _serve("sse", "/sse")
+
+
+def _serve(transport: str, path: str):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, SCRIPTED, "http", str(port)], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, SCRIPTED, transport, str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         def up():
@@ -278,7 +296,7 @@ def http_server():
             except OSError:
                 return False
         wait_for(up, 60, what="the HTTP MCP server")
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         proc.terminate()
         try:
@@ -325,3 +343,93 @@ def test_slow_start_is_waited_for_and_ls_stays_answering(mcp_mount):
     assert json.loads(res.stdout)["state"] == "starting"  # status answers while it starts
     assert (m.path.parent / "slow.out").read_text() == "2\n"
     assert time.monotonic() - t0 >= 3
+
+
+def test_a_command_not_installed_says_so(mcp_mount):
+    """`uvx`/`npx` servers where those are not installed: the reason is in
+    status and the log, not a bare "connection closed"."""
+    m = mcp_mount({"git": {"command": "rnixfs-test-no-such-uvx", "args": ["mcp-server-git"]}})
+    res = sh(f'ls "{m.p("dev/mcp/git/tools")}"')
+    assert res.returncode != 0
+    message = status(m, "git")["last_error"]["message"]
+    assert "rnixfs-test-no-such-uvx" in message and "not found" in message, message
+    res = call(m, "git", "git_status", "{}")
+    assert res.returncode != 0 or res.stdout.startswith("error: ")
+    assert m.daemon_alive()
+
+
+def test_a_server_dying_at_start_shows_its_stderr(mcp_mount):
+    m = mcp_mount({"t": scripted(env={"MCP_TEST_DIE_AT_START": "no database at /x"})})
+    assert sh(f'ls "{m.p("dev/mcp/t/tools")}"').returncode != 0
+    st = status(m, "t")
+    assert st["state"] == "failed" and "no database at /x" in st["last_error"]["message"], st
+
+
+def test_hostile_names_are_escaped_to_one_component(mcp_mount):
+    m = mcp_mount({"t": scripted(env={"MCP_TEST_ODD": "1"})})
+    tools = os.listdir(m.p("dev/mcp/t/tools"))
+    assert {"a%2Fb", "%2E%2E", "ok.dot", "add"} <= set(tools), tools
+    assert call(m, "t", "a%2Fb", "{}").stdout.strip() == "odd tool a/b"
+    assert call(m, "t", "%2E%2E", "{}").stdout.strip() == "odd tool .."
+    assert json.loads(Path(m.p("dev/mcp/t/tools/a%2Fb/schema")).read_text())["name"] == "a/b"
+    resources = os.listdir(m.p("dev/mcp/t/resources"))
+    assert len(resources) == 6 and len(set(resources)) == 6, resources  # the two long URIs stay apart
+    for name in resources:
+        assert "/" not in name and name not in (".", "..") and len(name.encode()) <= 255
+    assert "file%3A%2F%2F%2F..%2F..%2Fetc%2Fpasswd" in resources
+    contents = {Path(m.p(f"dev/mcp/t/resources/{n}")).read_text() for n in resources if n.startswith("x%3A%2F%2Fzz")}
+    assert contents == {"odd resource 3\n", "odd resource 4\n"}
+    assert Path(m.p("dev/mcp/t/resources/file%3A%2F%2F%2F..%2F..%2Fetc%2Fpasswd")).read_text() == "odd resource 0\n"
+    assert os.listdir(m.p("dev/mcp/t/prompts")).count("..%2Fup") == 1
+    for bad in ("..", "../../..", "x/../.."):
+        assert not os.path.exists(m.p(f"dev/mcp/t/resources/{bad}/etc")), bad
+    assert m.daemon_alive()
+
+
+def test_streamable_http_sends_the_configured_headers(mcp_mount, http_server):
+    m = mcp_mount({"h": {"url": http_server, "headers": {"X-Api-Key": "${MCP_TEST_TOKEN}"}}},
+                  env={"MCP_TEST_TOKEN": SECRET})
+    res = call(m, "h", "header", '{"name": "x-api-key"}')
+    assert res.stdout.strip() == hashlib.sha256(SECRET.encode()).hexdigest(), res.stdout
+    assert SECRET not in json.dumps(status(m, "h")) and SECRET not in m.log()
+
+
+def test_a_crash_is_noticed_and_the_next_call_restarts_at_once(mcp_mount):
+    m = mcp_mount({"t": scripted()})
+    assert call(m, "t", "add", '{"a": 1, "b": 1}').stdout == "2\n"
+    launcher = psutil.Process(status(m, "t")["pid"])
+    (server,) = launcher.children()
+    server.kill()  # between calls, by nobody's call
+    wait_for(lambda: status(m, "t")["state"] == "failed", 30, what="the exit to be noticed")
+    assert "exited" in status(m, "t")["last_error"]["message"]
+    res = call(m, "t", "add", '{"a": 2, "b": 3}')
+    assert res.stdout == "5\n", (res.stdout, res.stderr)
+    assert status(m, "t")["pid"] != launcher.pid
+    # a crash during a call: that call fails, the next one restarts the server
+    assert call(m, "t", "crash", "{}").stdout.startswith("error: ")
+    assert call(m, "t", "add", '{"a": 4, "b": 4}').stdout == "8\n"
+
+
+def test_claude_code_mcp_json_as_written(mcp_mount, sse_server):
+    """`.mcp.json` entries as Claude Code writes them: `type`, `${VAR:-default}`,
+    an SSE server; an unknown type is refused with the reason."""
+    m = mcp_mount(mcp_json={
+        "local": {"type": "stdio", "command": sys.executable, "args": ["${MCP_TEST_UNSET_DIR:-" + SCRIPTED + "}"]},
+        "events": {"type": "sse", "url": sse_server},
+        "weird": {"type": "websocket", "url": "ws://127.0.0.1:9/"}})
+    assert sorted(os.listdir(m.p("dev/mcp"))) == ["events", "local"]
+    assert call(m, "local", "add", '{"a": 1, "b": 2}').stdout == "3\n"
+    assert status(m, "events")["transport"] == "sse"
+    res = call(m, "events", "echo", '{"text": "over sse"}')
+    assert res.stdout.strip() == "over sse", (res.stdout, status(m, "events"))
+    errors = " ".join(json.loads(os.getxattr(m.path, "user.rnixfs.daemon"))["mcp"]["errors"])
+    assert "'weird'" in errors and "websocket" in errors, errors
+
+
+def test_a_server_installed_beside_rnixfs_is_found_by_name(mcp_mount):
+    """`command: mcp-server-time`, the console script pip installed into
+    rnixfs's own environment, works when that environment is not on PATH."""
+    m = mcp_mount({"time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]}},
+                  env={"PATH": "/usr/bin:/bin"})
+    res = call(m, "time", "get_current_time", '{"timezone": "UTC"}')
+    assert json.loads(res.stdout)["timezone"] == "UTC", (res.stdout, status(m, "time"))

@@ -15,7 +15,7 @@ import stat
 
 import pyfuse3
 
-from ..devices.mcp.device import McpDevices, file_name
+from ..devices.mcp.device import McpDevices, file_name, tool_for_file
 from ..kernel.errors import SyscallError
 from . import inodes as I
 from .inodemap import InodeMap
@@ -57,12 +57,12 @@ class McpTree:
         if kind in ("tools", "resources", "prompts") and n == 2:
             await server.start()
             if kind == "tools":
-                return sorted(server.tools)
+                return sorted(file_name(t) for t in server.tools)
             if kind == "resources":
                 return sorted(file_name(r["uri"]) for r in server.resources)
             return sorted(file_name(p["name"]) for p in server.prompts)
         if kind == "tools" and n == 3:
-            server.tool(parts[2])
+            server.tool(tool_for_file(server, parts[2]))
             return ["schema", "call"]
         return None
 
@@ -134,7 +134,7 @@ class McpTree:
             return _json(server.status())
         await server.start()
         if parts[1] == "tools":
-            return _json(server.tool(parts[2]).schema())
+            return _json(server.tool(tool_for_file(server, parts[2])).schema())
         if parts[1] == "resources":
             for r in server.resources:
                 if file_name(r["uri"]) == parts[2]:

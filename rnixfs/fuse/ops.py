@@ -19,7 +19,7 @@ import pyfuse3
 import trio
 
 from ..devices.llm.conversation import Conversation
-from ..devices.mcp.device import ToolCall
+from ..devices.mcp.device import ToolCall, tool_for_file
 from ..kernel import request as spawn_request
 from ..kernel.errors import Code, SyscallError
 from ..kernel.process import Process
@@ -461,7 +461,7 @@ class Operations(pyfuse3.Operations):
             return self._new_handle(_opened(Handle("mcpctl", data=parts[0].encode()), ctx), nonseekable=True)
         if parts[1] == "tools" and parts[3] == "call":
             server = self.mcp.devices.get(parts[0])
-            call = ToolCall(server, parts[2], self.nursery)
+            call = ToolCall(server, tool_for_file(server, parts[2]), self.nursery)
             return self._new_handle(_opened(Handle("call", caller=ctx.pid, conv=call), ctx), nonseekable=True)
         h = _opened(Handle("file", caller=ctx.pid), ctx)
         h.data = await self._interruptible(h, lambda: self.mcp.snapshot(parts))

@@ -202,7 +202,7 @@ class Tools:
         fd = proc.alloc_fd(device)
         try:
             async with self.kernel.tracer.syscall(
-                    proc, "Call", f"{quote(server + '/' + tool)}, {len(payload.encode())} bytes",
+                    proc, "Call", f"{quote(name)}, {len(payload.encode())} bytes",
                     device=f"/dev/mcp/{server}") as c:
                 text, is_error = await self.mcp.call_tool(server, tool, args, RESULT_CAP)
                 c.result = f"{len(text.encode())} bytes" + (" (tool error)" if is_error else "")

@@ -20,7 +20,10 @@ import yaml
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")  # ${VAR}, ${VAR:-default}
+# `type` (Claude Code) or `transport`: what each spelling means
+TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http",
+              "streamableHttp": "http", "sse": "sse"}
 MAX_CONFIG_BYTES = 256 * 1024
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_IDLE_TIMEOUT = 300.0
@@ -42,12 +45,13 @@ class ServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_CALL_TIMEOUT
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    sse: bool = False  # the older HTTP+SSE transport (`type: sse` in .mcp.json)
     origin: str = ""
     secrets: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:
-        return "stdio" if self.command else "http"
+        return "stdio" if self.command else "sse" if self.sse else "http"
 
     def describe(self) -> dict:
         """What status shows: no env values, no header values, no URL userinfo."""
@@ -90,6 +94,8 @@ class _Expander:
 
         def sub(m: re.Match) -> str:
             var = m.group(1)
+            if var not in os.environ and m.group(2) is not None:
+                return m.group(2)  # the default is written in the file: not a secret
             if var not in os.environ:
                 raise McpConfigError(f"{self.where}: {what}: environment variable {var} is not set")
             secret = os.environ[var]
@@ -115,6 +121,14 @@ def parse_server(name, raw, origin: str) -> ServerConfig:
     command, url = raw.get("command"), raw.get("url")
     if (command is None) == (url is None):
         raise McpConfigError(f"{where}: give exactly one of command (stdio) or url (Streamable HTTP)")
+    kind = raw.get("type", raw.get("transport"))
+    transport = "stdio" if command is not None else "http"
+    if kind is not None:
+        transport = TRANSPORTS.get(str(kind), "")
+        if not transport:
+            raise McpConfigError(f"{where}: unknown transport type {kind!r} (want stdio, http or sse)")
+        if (transport == "stdio") != (command is not None):
+            raise McpConfigError(f"{where}: type {kind!r} needs {'command' if transport == 'stdio' else 'url'}")
     args = raw.get("args", [])
     if not isinstance(args, list):
         raise McpConfigError(f"{where}: args must be a list")
@@ -132,6 +146,7 @@ def parse_server(name, raw, origin: str) -> ServerConfig:
         headers={str(k): expand(v, f"headers.{k}") for k, v in headers.items()},
         timeout=duration(raw.get("timeout", DEFAULT_CALL_TIMEOUT), f"{where}: timeout"),
         idle_timeout=duration(raw.get("idle_timeout", DEFAULT_IDLE_TIMEOUT), f"{where}: idle_timeout"),
+        sse=transport == "sse",
         origin=origin,
         secrets=tuple(sorted(set(expand.secrets), key=len, reverse=True)),
     )

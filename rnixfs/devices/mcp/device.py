@@ -5,6 +5,7 @@ write means and what a read returns (docs/devices.md, "dev/mcp").
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 MAX_ARGS_BYTES = 256 * 1024
 CTL_COMMANDS = ("start", "stop", "restart")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+MAX_NAME = 255
+# What a provider accepts as a function name (OpenAI: ^[a-zA-Z0-9_-]{1,64}$).
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def qualified(server: str, tool: str) -> str:
@@ -34,7 +38,19 @@ def file_name(text: str) -> str:
     name = _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), text)
     if name in ("", ".", ".."):
         name = name.replace(".", "%2E") or "%00"
-    return name[:255]
+    if len(name) > MAX_NAME:  # keep long names apart: a digest of the whole
+        digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        name = name[:MAX_NAME - 17] + "~" + digest
+    return name
+
+
+def tool_for_file(server: McpServer, name: str) -> str:
+    """The tool a `tools/<name>` directory stands for (names are escaped
+    like resources, so a tool called `a/b` cannot break the listing)."""
+    for tool in server.tools:
+        if file_name(tool) == name:
+            return tool
+    return name
 
 
 class McpDevices:
@@ -89,6 +105,11 @@ class McpDevices:
                 errors.append(f"{name}: {exc.cause}")
                 continue
             for tool in server.tools.values():
+                if not FUNCTION_NAME.fullmatch(qualified(name, tool.name)):
+                    # one such name would make the provider refuse every request
+                    errors.append(f"{name}: tool {tool.name[:80]!r} skipped: "
+                                  f"{qualified(name, tool.name)[:80]!r} is not a usable function name")
+                    continue
                 specs.append({"type": "function", "function": {
                     "name": qualified(name, tool.name), "description": tool.description[:1024],
                     "parameters": tool.input_schema or {"type": "object", "properties": {}}}})

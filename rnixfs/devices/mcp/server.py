@@ -13,8 +13,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
+from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,11 @@ log = logging.getLogger(__name__)
 
 MAX_RESULT_BYTES = 1024 * 1024  # one tool result, as text, before "[truncated]"
 START_TIMEOUT = 30.0
-BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+# Wait before start N+1 after N failures in a row: the first restart is at
+# once, so the call after a crash finds the server again.
+BACKOFF = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
 STDERR_LINE = 4096
+STDERR_TAIL = 3  # lines of a server's stderr kept to explain a failed start
 # Run by path: the server gets a minimal environment (no PYTHONPATH), and
 # the launcher imports nothing of rnixfs.
 LAUNCHER = str(Path(__file__).with_name("launch.py"))
@@ -43,7 +48,10 @@ class Tool:
     input_schema: dict
 
     def schema(self) -> dict:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        """What `schema` shows; the input schema under both spellings: rnixfs's
+        and MCP's own (`inputSchema`), so scripts written for either work."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
+                "inputSchema": self.input_schema}
 
 
 @dataclass
@@ -76,6 +84,8 @@ class McpServer:
         self._last_use = time.monotonic()
         self._failures = 0
         self._retry_at = 0.0
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._stderr_done: trio.Event | None = None
 
     # -- what status shows -----------------------------------------------------------
     def status(self) -> dict:
@@ -103,6 +113,8 @@ class McpServer:
     async def start(self) -> None:
         """Start (or join a start in progress); raise if the server cannot serve."""
         self._last_use = time.monotonic()
+        while self.state == "ready" and self._client is None:  # a session on its way out
+            await self.changed.wait()
         if self.state == "ready":
             return
         if self.state != "starting":
@@ -133,12 +145,12 @@ class McpServer:
         self._retry_at = 0.0
         await self.start()
 
-    def _stdio(self, errlog):
+    def _stdio(self, errlog, command: str):
         from mcp.client.stdio import StdioServerParameters, stdio_client
         params = StdioServerParameters(
             command=sys.executable,
             args=[LAUNCHER, f"--tag=rnixfs-mcp:{id(self)}",
-                  self.cfg.command, *self.cfg.args],
+                  command, *self.cfg.args],
             env=dict(self.cfg.env), cwd=self.cfg.cwd or str(self._cwd))
         return stdio_client(params, errlog=errlog)
 
@@ -148,15 +160,19 @@ class McpServer:
         assert ready is not None and stop is not None
         errlog = None
         crashed = False
+        stderr_done = None
         try:
             if self.cfg.command:
+                command = self._find_command()
                 r, w = os.pipe()
                 os.set_blocking(r, False)
                 errlog = os.fdopen(w, "w")
-                self._nursery.start_soon(self._pump_stderr, r)
-                target = self._stdio(errlog)
+                self._stderr_tail.clear()
+                stderr_done = self._stderr_done = trio.Event()
+                self._nursery.start_soon(self._pump_stderr, r, stderr_done)
+                target = self._stdio(errlog, command)
             else:
-                target = _http(self.cfg.url, self.cfg.headers, self.cfg.timeout)
+                target = (_sse if self.cfg.sse else _http)(self.cfg.url, self.cfg.headers, self.cfg.timeout)
             # One scope for the start: its deadline is lifted once ready.
             with trio.CancelScope(deadline=trio.current_time() + START_TIMEOUT) as starting:
                 async with Client(target, read_timeout_seconds=self.cfg.timeout, cache=None) as client:
@@ -180,6 +196,9 @@ class McpServer:
         except Exception as exc:  # noqa: BLE001 - whatever the server did, say it
             crashed = True
             cause = _describe(exc)
+            if not ready.is_set() and stderr_done is not None:
+                cause += await self._stderr_reason(stderr_done, errlog)
+                errlog = None
             self._note_error(cause)
             log.warning("mcp %s: %s", self.name, self.redact(cause))
         finally:
@@ -202,9 +221,13 @@ class McpServer:
             if idle <= 0 and self.inflight == 0:
                 log.info("mcp %s: idle for %gs, stopping", self.name, self.cfg.idle_timeout)
                 return False
-            with trio.move_on_after(max(idle, 1.0)):
+            with trio.move_on_after(min(max(idle, 0.1), 1.0)):
                 await stop.wait()
             if self._client is None:  # a call saw the session break
+                return True
+            if self.pid is not None and not _alive(self.pid):  # died between calls
+                self._note_error("server exited")
+                log.warning("mcp %s: server exited", self.name)
                 return True
         return False
 
@@ -236,7 +259,35 @@ class McpServer:
             except Exception as exc:  # noqa: BLE001 - optional capability
                 log.info("mcp %s: prompts/list failed: %s", self.name, self.redact(str(exc)))
 
-    async def _pump_stderr(self, fd: int) -> None:
+    def _find_command(self) -> str:
+        """The command to run. A bare name is looked up on PATH, then beside
+        the daemon's Python (a server installed into rnixfs's own environment
+        works when that environment is not activated). A command that cannot
+        be run fails the start with that reason (say `uvx` or `npx` not
+        installed), not a bare "connection closed"."""
+        command = self.cfg.command or ""
+        if "/" in command:
+            path = os.path.join(self.cfg.cwd or str(self._cwd), command)
+            found = command if os.path.isfile(path) and os.access(path, os.X_OK) else None
+        else:
+            search = self.cfg.env.get("PATH", os.environ.get("PATH", os.defpath))
+            found = shutil.which(command, path=search) and command
+            found = found or shutil.which(command, path=os.path.dirname(sys.executable))
+        if found:
+            return found
+        raise FileNotFoundError(f"cannot run command {command!r}: not found or not executable"
+                                + ("" if "/" in command else " on PATH"))
+
+    async def _stderr_reason(self, done: trio.Event, errlog) -> str:
+        """The last lines the server wrote before a failed start, to say why."""
+        if errlog is not None:
+            errlog.close()
+        with trio.move_on_after(2):
+            await done.wait()
+        tail = [line.strip() for line in self._stderr_tail if line.strip()]
+        return f" (server stderr: {' | '.join(tail)[-500:]})" if tail else ""
+
+    async def _pump_stderr(self, fd: int, done: trio.Event | None = None) -> None:
         """The server's stderr, line by line, into the daemon log."""
         stream = trio.lowlevel.FdStream(fd)
         buf = b""
@@ -249,11 +300,19 @@ class McpServer:
                     buf += chunk
                     *lines, buf = buf.split(b"\n")
                     for line in lines:
-                        log.info("mcp %s stderr: %s", self.name,
-                                 self.redact(line[:STDERR_LINE].decode("utf-8", "replace")))
+                        text = self.redact(line[:STDERR_LINE].decode("utf-8", "replace"))
+                        self._stderr_tail.append(text)
+                        log.info("mcp %s stderr: %s", self.name, text)
                     buf = buf[-STDERR_LINE:]
+            if buf.strip():  # a last line without a newline
+                text = self.redact(buf.decode("utf-8", "replace"))
+                self._stderr_tail.append(text)
+                log.info("mcp %s stderr: %s", self.name, text)
         except (trio.ClosedResourceError, OSError):
             pass
+        finally:
+            if done is not None:
+                done.set()
 
     # -- calls ------------------------------------------------------------------------
     def tool(self, name: str) -> Tool:
@@ -379,6 +438,14 @@ def _is_broken(exc: BaseException) -> bool:
                             ConnectionError, EOFError)) or "closed" in str(exc).lower()
 
 
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _launcher_pid(tag: str) -> int | None:
     """The launcher's pid (the server's parent, in the same process group)."""
     import psutil
@@ -399,3 +466,11 @@ async def _http(url: str, headers: dict[str, str], timeout: float):
     async with httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as http:
         async with streamable_http_client(url, http_client=http) as streams:
             yield streams
+
+
+@asynccontextmanager
+async def _sse(url: str, headers: dict[str, str], timeout: float):
+    """The older HTTP+SSE transport, for `.mcp.json` entries of `type: sse`."""
+    from mcp.client.sse import sse_client
+    async with sse_client(url, headers=dict(headers), timeout=timeout) as streams:
+        yield streams
