@@ -171,7 +171,7 @@ class Process:
             self.account = Account(self.pid, self.budget.max_tokens, self.budget.max_cost)
 
     def move_to(self, state: State) -> None:
-        """Transitions only go forward (DESIGN.md §3)."""
+        """Transitions only go forward (README.md, "proc/<pid>/")."""
         if _ORDER[state] < _ORDER[self.state]:
             raise ValueError(f"pid {self.pid}: {self.state.value} -> {state.value} goes backwards")
         self.state = state
