@@ -141,7 +141,7 @@ class Store:
         try:
             with self._lock_conn() as conn:
                 row = conn.execute("SELECT value FROM meta WHERE key='next_pid'").fetchone()
-                start = _pid_counter(row[0] if row else None)
+                start = _pid_counter(row[0]) if row else 1   # a new store has no counter yet
                 top = conn.execute("SELECT MAX(pid) FROM processes").fetchone()[0] or 0
                 start = max(start, _pid_counter(top) + 1 if top else 1)
                 if start + count > MAX_PID:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mount rnixfs with the embedded model, spawn one agent process through
-# proc/new, wait for it, show its result, trace and status, then unmount.
+# proc/new, wait for it, show its result, trace and status, the daemon's
+# status (sandbox mode included), then unmount.
 #
 #   bash scripts/demo.sh [MOUNTPOINT]
 #
@@ -89,3 +90,7 @@ else
     cat "$P/status"
     echo
 fi
+
+# The daemon's view: processes, providers, and the command sandbox in force.
+show "rnixfs status $M"
+"$rnixfs" status "$M"

@@ -1,4 +1,4 @@
-"""Tier 3: bad input on every writable file of a real mount (DESIGN.md §1).
+"""Tier 3: bad input on every writable file of a real mount (README.md, "proc/new").
 
 For each bad write: the exact errno (read by a small Python program doing one
 os.write(), and the strerror text bash prints), the reason in words (read back

@@ -1,4 +1,4 @@
-"""Tier 3: proc/ on a real mount, driven by real processes (DESIGN.md §1, §3).
+"""Tier 3: proc/ on a real mount, driven by real processes (README.md, "The mount").
 
 Every test mounts in tmp_path through the `mnt` / `mount_factory` fixtures and
 talks to the mount only with `echo`, `cat`, `ls`, `jq`, `readlink`, bash

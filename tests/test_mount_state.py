@@ -144,6 +144,13 @@ def test_a_bad_pid_counter_does_not_break_spawn(mount_factory, scripted_server, 
     assert m2.wait(pid).startswith("exited(0) ")
 
 
+def test_a_new_store_has_no_pid_counter_warning(mount_factory, scripted_server):
+    # A fresh state directory has no counter yet: that is not damage to warn about.
+    m = mount_factory(scripted_providers(scripted_server.url))
+    assert m.wait(m.spawn("first")).startswith("exited(0) ")
+    assert "next_pid" not in m.log()
+
+
 def test_a_store_that_cannot_be_written_degrades_and_umount_ends(mount_factory, scripted_server):
     m = mount_factory(scripted_providers(scripted_server.url))
     hang = m.spawn(HANG)

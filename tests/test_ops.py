@@ -472,7 +472,8 @@ def _cli_exists() -> bool:
 @pytest.mark.model
 def test_demo_script(tmp_path):
     """The README's first command, minus setup: the demo mounts, asks the
-    embedded model, prints wait/result/trace/status and unmounts."""
+    embedded model, prints wait/result/trace/status and the daemon's status,
+    and unmounts."""
     if not _cli_exists():
         pytest.skip("rnixfs/cli.py is not written yet")
     if not os.path.exists("/dev/fuse"):
@@ -488,4 +489,5 @@ def test_demo_script(tmp_path):
     assert "pid=" in out
     assert re.search(r"exited\(\d+\)", out), out
     assert '"pid"' in out and '"state"' in out
+    assert re.search(r"^sandbox: +(bwrap|NONE)", out, re.M), out   # rnixfs status
     assert not os.path.ismount(mp)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import threading
 from pathlib import Path
@@ -231,13 +232,12 @@ def test_trust_warning_format(env):
     assert lines[-1] == (
         f'[skill] warning: untrusted project "{p}": 2 skill root(s) will load \u2014 untrusted repo can '
         f"inject agent instructions. Policy: warn-only (not blocking). To dismiss this warning, run: "
-        f"touch {p}/.rnix/state/trusted (a future 'rnix trust <dir>' command is planned)")
+        f"rnixfs trust {p}")
     t = res.diagnostics.to_json()["trust"][0]
     assert t == {"project_dir": str(p), "skills_root_paths": [str(env.roots["pn"]), str(env.roots["pa"])],
                  "reason": "untrusted repo can inject agent instructions",
                  "policy": "warn-only (not blocking)",
-                 "recommendation": f"To dismiss this warning, run: touch {p}/.rnix/state/trusted "
-                                   "(a future 'rnix trust <dir>' command is planned)"}
+                 "recommendation": f"To dismiss this warning, run: rnixfs trust {p}"}
 
 
 def test_trust_ascii_and_quoting(env, monkeypatch):
@@ -246,6 +246,8 @@ def test_trust_ascii_and_quoting(env, monkeypatch):
     put(odd / ".rnix" / "skills", "a")
     line = trust_line(check_trust(skill_roots(odd, env.cfg, home=env.home))[0])
     assert line.startswith('[skill] warning: untrusted project "' + str(env.tmp) + '/we\\"ird dir": 1 skill root(s) will load - ')
+    # The command it recommends works when pasted: the path is shell-quoted.
+    assert line.endswith("To dismiss this warning, run: rnixfs trust " + shlex.quote(str(odd)))
 
 
 def test_trusted_marker_regular_file_only(env):

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 # pyfuse3 does not answer FUSE_INTERRUPT, so a waiting read holds a worker
 # task until it notices the caller's signal. Cap waiting readers below the
-# task pool so stat/ls/getattr always find a free worker (DESIGN.md §2).
+# task pool so stat/ls/getattr always find a free worker (README.md, "Blocking reads and Ctrl-C").
 MAX_TASKS = 512
 MAX_BLOCKING = MAX_TASKS - 64
 

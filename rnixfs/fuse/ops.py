@@ -1,6 +1,6 @@
 """The FUSE protocol adapter: inodes, handles, errnos and cache policy.
 
-No agent logic lives here (DESIGN.md §5): every request is translated into
+No agent logic lives here (docs/architecture.md): every request is translated into
 a kernel or device call, and every SyscallError into its errno.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .signals import POLL_INTERVAL, reader_interrupted
 
 log = logging.getLogger(__name__)
 
-# Cache policy (DESIGN.md §6), in seconds.
+# Cache policy (README.md, "Cache policy"), in seconds.
 STATIC_TIMEOUT = 60.0  # fixed directories and immutable files
 ENTRY_TIMEOUT = 1.0  # names that can disappear (reaped processes)
 SNAPSHOT_TIMEOUT = 0.5  # status/context: size is a hint, reads are direct_io

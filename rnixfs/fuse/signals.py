@@ -2,7 +2,8 @@
 
 pyfuse3 drops FUSE_INTERRUPT, so a handler that waits polls the caller's
 ``/proc/<tid>/status`` instead: a pending, unblocked signal (or a caller
-that is gone) means "return EINTR now" (DESIGN.md §2).
+that is gone) means "return EINTR now" (README.md, "Blocking reads
+and Ctrl-C").
 """
 from __future__ import annotations
 

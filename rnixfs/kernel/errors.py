@@ -1,6 +1,6 @@
 """Structured syscall errors and their errno at the FUSE boundary.
 
-The kernel speaks in codes (DESIGN.md §1); only the adapter turns them into
+The kernel speaks in codes (README.md, "proc/<pid>/"); only the adapter turns them into
 errnos, via ``ERRNO`` below, so one table decides what `echo` prints.
 """
 from __future__ import annotations

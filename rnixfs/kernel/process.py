@@ -171,7 +171,7 @@ class Process:
             self.account = Account(self.pid, self.budget.max_tokens, self.budget.max_cost)
 
     def move_to(self, state: State) -> None:
-        """Transitions only go forward (DESIGN.md §3)."""
+        """Transitions only go forward (README.md, "proc/<pid>/")."""
         if _ORDER[state] < _ORDER[self.state]:
             raise ValueError(f"pid {self.pid}: {self.state.value} -> {state.value} goes backwards")
         self.state = state
@@ -200,7 +200,6 @@ class Process:
     def status(self) -> dict:
         return {
             "pid": self.pid,
-            "mcp_servers": list(self.mcp_servers),
             "uuid": self.uuid,
             "ppid": self.ppid,
             "state": self.state.value,
@@ -217,6 +216,7 @@ class Process:
             "planning": self.planning,
             "warnings": list(self.warnings),
             "allowed_tools": list(self.allowed_tools),
+            "mcp_servers": list(self.mcp_servers),
             "steps": self.steps,
             "tokens": {"in": self.tokens_in, "out": self.tokens_out},
             "cost": round(self.cost, 6),

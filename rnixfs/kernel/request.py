@@ -1,4 +1,4 @@
-"""Parsing a proc/new write into a spawn request (DESIGN.md §1).
+"""Parsing a proc/new write into a spawn request (README.md, "proc/new").
 
 One write is one request: plain text (the whole text is the intent), or a
 JSON object / YAML mapping with an ``intent`` key plus options. A YAML
@@ -46,7 +46,7 @@ class SpawnRequest:
 def framing(data: bytes, last_write: int) -> str:
     """When the pending bytes of a proc/new handle form a request.
 
-    One write() is one request (DESIGN.md §1), except where a writer is
+    One write() is one request (README.md, "proc/new"), except where a writer is
     known to cut one request into several writes:
     - stdio and bash flush a full buffer of st_blksize (4 KiB) bytes, so a
       write of a whole number of buffers not ending in a newline goes on;

@@ -10,6 +10,7 @@ content is never read. User-scope skills are always trusted.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +18,8 @@ from pathlib import Path
 TRUST_MARKER = ".rnix/state/trusted"
 TRUST_REASON = "untrusted repo can inject agent instructions"
 TRUST_POLICY = "warn-only (not blocking)"
-TRUST_RECOMMENDATION = ("To dismiss this warning, run: touch {project}/" + TRUST_MARKER
-                        + " (a future 'rnix trust <dir>' command is planned)")
+# `rnixfs trust DIR` writes the marker (docs/packages.md, "Scripts and trust").
+TRUST_RECOMMENDATION = "To dismiss this warning, run: rnixfs trust {project}"
 
 
 @dataclass
@@ -70,7 +71,7 @@ def check_trust(roots) -> list[TrustWarning]:
             continue
         if project not in by_dir:
             by_dir[project] = None if is_trusted(project) else TrustWarning(
-                project, [], recommendation=TRUST_RECOMMENDATION.format(project=project))
+                project, [], recommendation=TRUST_RECOMMENDATION.format(project=shlex.quote(project)))
             order.append(project)
         w = by_dir[project]
         if w is not None and str(root.path) not in w.skills_root_paths:
