@@ -155,3 +155,17 @@ def test_protect_daemon_makes_the_process_non_dumpable():
             "ok = protect_daemon(); print(before, ok, libc.prctl(3, 0, 0, 0, 0))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.stdout.split() == ["1", "True", "0"], res.stderr
+
+
+def test_a_supervisor_living_under_tmp_stays_visible(monkeypatch, tmp_path):
+    """A checkout or virtualenv under /tmp (as CI clones are) is bound
+    read-only over the private /tmp, or the supervisor could not start."""
+    from rnixfs.devices import sandbox
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    monkeypatch.setattr(sandbox.sys, "prefix", str(venv))
+    args = sandbox.bwrap_args(cwd="/", writable=[])
+    assert str(tmp_path).startswith("/tmp/")
+    private_tmp = next(k for k in range(len(args) - 1) if args[k:k + 2] == ["--tmpfs", "/tmp"])
+    binds = [k for k in range(len(args) - 1) if args[k] == "--ro-bind" and args[k + 1] == os.path.realpath(venv)]
+    assert binds and binds[0] > private_tmp  # bound after the private /tmp, so it shows

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import shutil
 import subprocess
 import tempfile
@@ -78,7 +79,19 @@ def bwrap_args(*, cwd: str, writable: list[str]) -> list[str]:
         alias = os.path.abspath(path)
         if alias != real and alias.startswith("/tmp/"):   # a name the private /tmp would hide
             args += ["--symlink", real, alias]
+    for path in _runtime_paths():  # the supervisor's Python and rnixfs, if /tmp hid them
+        if path not in seen:
+            args += ["--ro-bind", path, path]
     return args + ["--chdir", cwd]
+
+
+def _runtime_paths() -> list[str]:
+    """What the command's supervisor runs from, when it lives under /tmp (a
+    checkout or virtualenv there, as in CI): the private /tmp would hide it."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../rnixfs
+    here = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                          os.path.dirname(package))}
+    return sorted(p for p in here if p.startswith("/tmp/"))
 
 
 def policy_from_env(env: dict | None = None) -> str:
