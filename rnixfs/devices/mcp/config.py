@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from ...agents.manifest import AgentError, parse_duration
+
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -27,7 +29,6 @@ TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http", "stre
 MAX_CONFIG_BYTES = 256 * 1024
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_IDLE_TIMEOUT = 300.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
 class McpConfigError(ValueError):
@@ -69,14 +70,11 @@ def strip_userinfo(url: str) -> str:
 
 
 def duration(value, where: str) -> float:
-    if isinstance(value, bool):
-        raise McpConfigError(f"{where}: expected a duration like 30s, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    else:
-        raise McpConfigError(f"{where}: expected a duration like 30s, got {value!r}")
+    """The agent.yaml duration grammar (``30s``, ``5m``, a number), above 0 and at most 24h."""
+    try:
+        seconds = parse_duration(value, where)
+    except AgentError as exc:
+        raise McpConfigError(str(exc)) from None
     if not 0 < seconds <= 86400:
         raise McpConfigError(f"{where}: duration must be between 0 and 24h")
     return seconds
