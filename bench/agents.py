@@ -48,7 +48,7 @@ for p in (str(REPO), str(BENCH)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import run as R  # noqa: E402  (bench/run.py: mounts, cleanup by PID, helpers)
+import run as bench_run  # noqa: E402  (bench/run.py: mounts, cleanup by PID, helpers)
 
 STEPS = 5  # tool-using steps per agent; + 1 final answer
 FILE = "small.txt"
@@ -169,7 +169,7 @@ def cmd_serve(args) -> int:
 class Server:
     """The serve helper, driven from the benchmark process."""
 
-    def __init__(self, res: R.Resources):
+    def __init__(self, res: bench_run.Resources):
         self.p = subprocess.Popen([sys.executable, str(BENCH / "agents.py"), "serve", "--port", "0"],
                                   cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         res.add_proc(self.p)
@@ -247,7 +247,7 @@ def cmd_statloop(args) -> int:
 class StatLoop:
     """Runs the statloop helper around one phase of the benchmark."""
 
-    def __init__(self, res: R.Resources, paths: dict[str, Path], out: Path):
+    def __init__(self, res: bench_run.Resources, paths: dict[str, Path], out: Path):
         self.out = out
         self.p = subprocess.Popen([sys.executable, str(BENCH / "agents.py"), "statloop", "--out", str(out),
                                    *(f"{k}={v}" for k, v in paths.items())],
@@ -314,21 +314,21 @@ def rnixfs_phase(mnt: Path, dpid: int, srv: Server, n: int, tag: str, zombies_be
 
     def sample_live():  # agents alive (created or running), 4 times a second
         while not done.wait(0.25):
-            c = R.counts(mnt)
+            c = bench_run.counts(mnt)
             live.append(c.get("created", 0) + c.get("running", 0))
 
-    cpu_d, cpu_s = R.cpu(dpid), R.cpu(srv.pid)
+    cpu_d, cpu_s = bench_run.cpu(dpid), bench_run.cpu(srv.pid)
     sampler = threading.Thread(target=sample_live, daemon=True)
     t0 = time.perf_counter()
     sampler.start()
     try:
         pids = spawn_agents(mnt, n, tag)
         t_spawned = time.perf_counter()
-        t_end = R.wait_all_zombie(mnt, zombies_before + n, timeout=max(300.0, n * 1.0), last_pid=max(pids))
+        t_end = bench_run.wait_all_zombie(mnt, zombies_before + n, timeout=max(300.0, n * 1.0), last_pid=max(pids))
     finally:
         done.set()
         sampler.join(10)
-    cpu_d, cpu_s = R.cpu(dpid) - cpu_d, R.cpu(srv.pid) - cpu_s
+    cpu_d, cpu_s = bench_run.cpu(dpid) - cpu_d, bench_run.cpu(srv.pid) - cpu_s
     st = srv.stats()
     verify_agents(mnt, pids)
     if st["requests"] != n * (STEPS + 1):
@@ -433,12 +433,12 @@ def plain_phase(srv: Server, agents: list[list[dict]], concurrency: int, workspa
 
     me = psutil.Process()
     t = me.cpu_times()
-    cpu_c, cpu_s = t.user + t.system, R.cpu(srv.pid)
+    cpu_c, cpu_s = t.user + t.system, bench_run.cpu(srv.pid)
     t0 = time.perf_counter()
     steps = trio.run(plain_agents, srv.url, agents, concurrency, workspace, shared)
     wall = time.perf_counter() - t0
     t = me.cpu_times()
-    cpu_c, cpu_s = t.user + t.system - cpu_c, R.cpu(srv.pid) - cpu_s
+    cpu_c, cpu_s = t.user + t.system - cpu_c, bench_run.cpu(srv.pid) - cpu_s
     st = srv.stats()
     if steps != len(agents) * (STEPS + 1) or st["requests"] != steps:
         raise RuntimeError(f"plain phase {tag}: {steps} steps, {st['requests']} requests")
@@ -491,14 +491,14 @@ def run(args) -> dict:
         "config": {"agents_per_side": n, "tool_steps": STEPS, "requests_per_agent": STEPS + 1,
                    "rounds": rounds, "agents_per_round": per, "plain_concurrency": args.plain_concurrency,
                    "plain_shared_concurrency": shared_conc, "file_bytes": len(FILE_TEXT.encode())}}
-    res = R.Resources()
+    res = bench_run.Resources()
     tmp = Path(tempfile.mkdtemp(prefix="rnixfs-bench-agents-"))
     try:
         srv = Server(res)
-        mnt, dpid = R.mount_rnixfs(res, tmp, srv.url, linger=10 ** 7)
+        mnt, dpid = bench_run.mount_rnixfs(res, tmp, srv.url, linger=10 ** 7)
         workspace = tmp / "project"
         (workspace / FILE).write_text(FILE_TEXT)
-        R.log(f"rnixfs at {mnt} (daemon {dpid}), derived-reply server {srv.url} (pid {srv.pid})")
+        bench_run.log(f"rnixfs at {mnt} (daemon {dpid}), derived-reply server {srv.url} (pid {srv.pid})")
 
         # Warm-up of every side (HTTP clients, PID blocks, the workspace path);
         # its request bodies feed the first plain phases.
@@ -512,7 +512,7 @@ def run(args) -> dict:
             srv.reset()
         sizes = [len(json.dumps(b)) for b in bodies[0]]
         out["config"]["request_body_bytes"] = sizes
-        R.log(f"warm-up: {warm} agents in {w['wall_s']:.2f} s; request bodies {sizes} bytes")
+        bench_run.log(f"warm-up: {warm} agents in {w['wall_s']:.2f} s; request bodies {sizes} bytes")
         bodies = [bodies[i % len(bodies)] for i in range(per)]  # until the first rnixfs round
 
         stat_paths = {"new": mnt / "proc" / "new", "status": mnt / "proc" / str(w["pids"][0]) / "status"}
@@ -523,7 +523,7 @@ def run(args) -> dict:
                 stat[label].setdefault(k, []).extend(v)
 
         def idle(label: str) -> None:
-            R.log(f"stat loop on the idle mount, {idle_s:.0f} s ({label})")
+            bench_run.log(f"stat loop on the idle mount, {idle_s:.0f} s ({label})")
             loop = StatLoop(res, stat_paths, tmp / "stat.json")
             time.sleep(idle_s)
             collect("idle", loop)
@@ -535,23 +535,23 @@ def run(args) -> dict:
             for side in (sides if r % 2 == 0 else sides[::-1]):
                 loop = StatLoop(res, stat_paths, tmp / "stat.json")
                 if side == "rnixfs":
-                    R.log(f"round {r + 1}: {per} rnixfs agents × {STEPS + 1} requests, all at once")
+                    bench_run.log(f"round {r + 1}: {per} rnixfs agents × {STEPS + 1} requests, all at once")
                     p = rnixfs_phase(mnt, dpid, srv, per, tag, zombies)
                     zombies += per
                     p.pop("pids")
                 elif side == "plain":
-                    R.log(f"round {r + 1}: {len(bodies)} plain httpx agents × {STEPS + 1} requests, "
+                    bench_run.log(f"round {r + 1}: {len(bodies)} plain httpx agents × {STEPS + 1} requests, "
                           f"{args.plain_concurrency} at a time, one client each")
                     p = plain_phase(srv, bodies, args.plain_concurrency, workspace, tag)
                 else:
-                    R.log(f"round {r + 1}: {len(bodies)} plain httpx agents × {STEPS + 1} requests, "
+                    bench_run.log(f"round {r + 1}: {len(bodies)} plain httpx agents × {STEPS + 1} requests, "
                           f"{shared_conc} at a time, one shared client")
                     p = plain_phase(srv, bodies, shared_conc, workspace, tag, shared=True)
                 collect(RUNNING[side], loop)
                 if side == "rnixfs":
                     bodies = agent_bodies(srv.dump(tmp / "bodies.jsonl"))
                 srv.reset()
-                R.log(f"  {side}: {p['wall_s']:.2f} s, client CPU {p['client_cpu_s']:.2f} s, "
+                bench_run.log(f"  {side}: {p['wall_s']:.2f} s, client CPU {p['client_cpu_s']:.2f} s, "
                       f"server CPU {p['server_cpu_s']:.2f} s, {p['connections']} connections, "
                       f"max {p['max_inflight']} in flight" + (
                           f"; spawn writes took {p['spawn_writes_s']:.1f} s, at most "
@@ -580,8 +580,8 @@ def run(args) -> dict:
         out["stat_latency"] = {label: {k: pct(v) for k, v in d.items()} for label, d in stat.items()}
         out["stat_latency"]["paths"] = {k: str(v.relative_to(mnt)) for k, v in stat_paths.items()}
         threads = sorted((t.user_time + t.system_time for t in psutil.Process(dpid).threads()), reverse=True)
-        out["daemon_final"] = {"rss_bytes": R.rss(dpid), "counts": R.counts(mnt),
-                               "cpu_s": round(R.cpu(dpid), 2), "threads_cpu_s": [round(x, 2) for x in threads]}
+        out["daemon_final"] = {"rss_bytes": bench_run.rss(dpid), "counts": bench_run.counts(mnt),
+                               "cpu_s": round(bench_run.cpu(dpid), 2), "threads_cpu_s": [round(x, 2) for x in threads]}
     finally:
         res.close()
         shutil.rmtree(tmp, ignore_errors=True)

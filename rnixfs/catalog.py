@@ -24,7 +24,7 @@ from .devices.fs import FsError, Workspace
 from .fileio import ScopeEscape, scope_rel
 from .kernel.errors import Code, SyscallError
 from .kernel.loop import DEFAULT_SYSTEM_PROMPT
-from .devices.mcp.config import load_servers, parse_servers
+from .devices.mcp.mcp_config import load_servers, parse_servers
 from .kernel.plan import SpawnPlan
 from .skills import (
     SkillError, SkillInvalid, SkillNotFound, check_name, ensure_builtins, resolve_skills,

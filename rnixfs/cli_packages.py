@@ -18,7 +18,7 @@ from .agents import AgentError
 from .cli_skills import PREFIX, APREFIX, _config, _project, agent, skill
 from .config import default_state_dir
 from .skills import SkillError, find_project, resolve_skills
-from .skills.packages.errors import PackageError
+from .skills.packages.package_errors import PackageError
 from .skills.packages.fetch import Fetcher
 from .skills.packages.install import Packages, target_scope
 from .skills.packages.registries import load_registries, parse_header

@@ -128,7 +128,7 @@ class Daemon:
                 self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
                                           env=child_env, skills=catalog.skills, open_root=confined_dir,
                                           mcp=mcp)
-                shell_env = {**child_env, "RNIX_MOUNT": str(cfg.mountpoint)}
+                shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
 
                 def shell_session():
                     return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,

@@ -35,7 +35,7 @@ class Sandbox:
         for d in (self.home, self.project / ".rnix", self.outside):
             d.mkdir(parents=True)
         self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("RNIXFS_", "XDG_")) and k != "RNIX_ASCII"}
+                    if not k.startswith(("RNIXFS_", "XDG_")) and k != "RNIXFS_ASCII"}
         self.env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"),
                         RNIXFS_STATE_DIR=str(self.state), RNIXFS_NO_BUILTINS="1",
                         RNIXFS_HTTP_TIMEOUT="20")

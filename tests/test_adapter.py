@@ -15,7 +15,7 @@ import pyfuse3
 import pytest
 import trio
 
-from rnixfs.fuse import inodes as I
+from rnixfs.fuse import inodes
 from rnixfs.fuse.ops import Operations
 from tests.kernelutil import run_with_kernel
 from tests.test_kernel import providers
@@ -40,7 +40,7 @@ async def fuse_errno(coro) -> int:
 
 
 async def spawn(ops, data: bytes):
-    fi = await ops.open(I.PROC_NEW, os.O_RDWR, ME)
+    fi = await ops.open(inodes.PROC_NEW, os.O_RDWR, ME)
     await ops.write(fi.fh, 0, data)
     pid = int((await ops.read(fi.fh, 0, 100)).decode())
     await ops.release(fi.fh)
@@ -49,13 +49,13 @@ async def spawn(ops, data: bytes):
 
 def test_tree_and_modes(tmp_path, scripted_server):
     async def body(ops, k):
-        proc = await ops.lookup(I.ROOT, b"proc")
-        new = await ops.lookup(I.PROC, b"new")
-        llm = await ops.lookup(await_ino(await ops.lookup(I.ROOT, b"dev")), b"llm")
+        proc = await ops.lookup(inodes.ROOT, b"proc")
+        new = await ops.lookup(inodes.PROC, b"new")
+        llm = await ops.lookup(await_ino(await ops.lookup(inodes.ROOT, b"dev")), b"llm")
         scripted = await ops.lookup(llm.st_ino, b"scripted")
-        missing = await fuse_errno(ops.lookup(I.PROC, b"999"))
-        zero = await fuse_errno(ops.lookup(I.PROC, b"01"))
-        xattr = json.loads(await ops.getxattr(I.ROOT, b"user.rnixfs.daemon", ME))
+        missing = await fuse_errno(ops.lookup(inodes.PROC, b"999"))
+        zero = await fuse_errno(ops.lookup(inodes.PROC, b"01"))
+        xattr = json.loads(await ops.getxattr(inodes.ROOT, b"user.rnixfs.daemon", ME))
         return proc, new, scripted, missing, zero, xattr
 
     proc, new, scripted, missing, zero, xattr = with_ops(tmp_path, scripted_server.url, body)
@@ -71,7 +71,7 @@ def await_ino(attr):
 
 def test_spawn_errors_and_readback(tmp_path, scripted_server):
     async def body(ops, k):
-        fi = await ops.open(I.PROC_NEW, os.O_RDWR, ME)
+        fi = await ops.open(inodes.PROC_NEW, os.O_RDWR, ME)
         codes = [
             await fuse_errno(ops.write(fi.fh, 0, b'{"agent": "nope", "intent": "x"}')),
             await fuse_errno(ops.write(fi.fh, 0, b"{bad json")),
@@ -95,16 +95,16 @@ def test_spawn_errors_and_readback(tmp_path, scripted_server):
 def test_cache_policy_and_read_only_files(tmp_path, scripted_server):
     async def body(ops, k):
         pid = await spawn(ops, b"[[chunk-delay:0.2]] [[tokens:4]] slow")
-        running = await ops.open(I.pid_ino(pid, I.K["result"]), os.O_RDONLY, ME)
-        trace_attr = await ops.getattr(I.pid_ino(pid, I.K["trace"]))
-        intent = await ops.open(I.pid_ino(pid, I.K["intent"]), os.O_RDONLY, ME)
-        eacces = await fuse_errno(ops.open(I.pid_ino(pid, I.K["status"]), os.O_WRONLY, ME))
-        trunc = await fuse_errno(ops.setattr(I.pid_ino(pid, I.K["status"]), pyfuse3.EntryAttributes(),
+        running = await ops.open(inodes.pid_ino(pid, inodes.K["result"]), os.O_RDONLY, ME)
+        trace_attr = await ops.getattr(inodes.pid_ino(pid, inodes.K["trace"]))
+        intent = await ops.open(inodes.pid_ino(pid, inodes.K["intent"]), os.O_RDONLY, ME)
+        eacces = await fuse_errno(ops.open(inodes.pid_ino(pid, inodes.K["status"]), os.O_WRONLY, ME))
+        trunc = await fuse_errno(ops.setattr(inodes.pid_ino(pid, inodes.K["status"]), pyfuse3.EntryAttributes(),
                                              SimpleNamespace(update_size=True), None, ME))
         await k.table[pid].exited_event.wait()
-        done = await ops.open(I.pid_ino(pid, I.K["result"]), os.O_RDONLY, ME)
+        done = await ops.open(inodes.pid_ino(pid, inodes.K["result"]), os.O_RDONLY, ME)
         result = await ops.read(done.fh, 0, 4096)
-        done_attr = await ops.getattr(I.pid_ino(pid, I.K["result"]))
+        done_attr = await ops.getattr(inodes.pid_ino(pid, inodes.K["result"]))
         return running, trace_attr, intent, eacces, trunc, done, result, done_attr
 
     running, trace_attr, intent, eacces, trunc, done, result, done_attr = with_ops(
@@ -120,17 +120,17 @@ def test_cache_policy_and_read_only_files(tmp_path, scripted_server):
 def test_ctl_context_and_wait(tmp_path, scripted_server):
     async def body(ops, k):
         pid = await spawn(ops, b"[[chunk-delay:0.2]] [[tokens:5]] slow")
-        ctl = await ops.open(I.pid_ino(pid, I.K["ctl"]), os.O_WRONLY, ME)
-        ctx = await ops.open(I.pid_ino(pid, I.K["context"]), os.O_WRONLY, ME)
+        ctl = await ops.open(inodes.pid_ino(pid, inodes.K["ctl"]), os.O_WRONLY, ME)
+        ctx = await ops.open(inodes.pid_ino(pid, inodes.K["context"]), os.O_WRONLY, ME)
         bogus = await fuse_errno(ops.write(ctl.fh, 0, b"bogus\n"))
         empty = await fuse_errno(ops.write(ctx.fh, 0, b"  \n"))
         await ops.write(ctl.fh, 0, b"kill\n")
-        wait = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, ME)
+        wait = await ops.open(inodes.pid_ino(pid, inodes.K["wait"]), os.O_RDONLY, ME)
         line = await ops.read(wait.fh, 0, 4096)
         esrch = await fuse_errno(ops.write(ctl.fh, 0, b"term"))
         steer_dead = await fuse_errno(ops.write(ctx.fh, 0, b"hello"))
         await ops.write(ctl.fh, 0, b"reap")
-        gone = await fuse_errno(ops.getattr(I.pid_ino(pid, I.K["status"])))
+        gone = await fuse_errno(ops.getattr(inodes.pid_ino(pid, inodes.K["status"])))
         return bogus, empty, line, esrch, steer_dead, gone
 
     bogus, empty, line, esrch, steer_dead, gone = with_ops(tmp_path, scripted_server.url, body)
@@ -143,26 +143,26 @@ def test_ctl_context_and_wait(tmp_path, scripted_server):
 def test_blocking_reads_notice_gone_callers_and_cap(tmp_path, scripted_server):
     async def body(ops, k):
         pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
-        wait_gone = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, GONE)
+        wait_gone = await ops.open(inodes.pid_ino(pid, inodes.K["wait"]), os.O_RDONLY, GONE)
         eintr = await fuse_errno(ops.read(wait_gone.fh, 0, 100))
         # One slot: a reader that waits holds it, the next one gets EAGAIN.
-        held = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, ME)
+        held = await ops.open(inodes.pid_ino(pid, inodes.K["wait"]), os.O_RDONLY, ME)
         async with trio.open_nursery() as n:
             n.start_soon(ops.read, held.fh, 0, 100)
             await trio.sleep(0.2)
-            second = await ops.open(I.pid_ino(pid, I.K["wait"]), os.O_RDONLY, ME)
+            second = await ops.open(inodes.pid_ino(pid, inodes.K["wait"]), os.O_RDONLY, ME)
             eagain = await fuse_errno(ops.read(second.fh, 0, 100))
-            attr = await ops.getattr(I.PROC_NEW)  # non-blocking calls still answer
+            attr = await ops.getattr(inodes.PROC_NEW)  # non-blocking calls still answer
             n.cancel_scope.cancel()
         return eintr, eagain, attr
 
     eintr, eagain, attr = with_ops(tmp_path, scripted_server.url, body, max_blocking=1)
-    assert eintr == errno.EINTR and eagain == errno.EAGAIN and attr.st_ino == I.PROC_NEW
+    assert eintr == errno.EINTR and eagain == errno.EAGAIN and attr.st_ino == inodes.PROC_NEW
 
 
 def test_llm_conversation_handle(tmp_path, scripted_server):
     async def body(ops, k):
-        ino = (await ops.lookup(I.DEV_LLM, b"scripted")).st_ino
+        ino = (await ops.lookup(inodes.DEV_LLM, b"scripted")).st_ino
         fi = await ops.open(ino, os.O_RDWR, ME)
 
         async def drain():

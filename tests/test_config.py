@@ -17,7 +17,7 @@ providers:
   scripted:
     type: openai
     base_url: http://127.0.0.1:8080/v1/
-    api_key: ${RNIX_TEST_KEY}
+    api_key: ${RNIXFS_TEST_KEY}
     model: gpt-4o-mini
     timeout: 60
     connect_timeout: 10
@@ -55,7 +55,7 @@ def test_missing_file_gives_builtin_local(tmp_path):
 
 
 def test_good_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("RNIX_TEST_KEY", SECRET)
+    monkeypatch.setenv("RNIXFS_TEST_KEY", SECRET)
     cfg = load_providers(write(tmp_path, GOOD))
     assert cfg.default == "scripted"
     assert set(cfg.providers) == {"local", "scripted", "ollama"}
@@ -82,15 +82,15 @@ def test_local_can_be_overridden_and_tuned(tmp_path):
 
 
 def test_env_expansion_in_strings(tmp_path, monkeypatch):
-    monkeypatch.setenv("RNIX_TEST_HOST", "10.1.2.3")
-    monkeypatch.setenv("RNIX_TEST_KEY", SECRET)
+    monkeypatch.setenv("RNIXFS_TEST_HOST", "10.1.2.3")
+    monkeypatch.setenv("RNIXFS_TEST_KEY", SECRET)
     cfg = load_providers(write(tmp_path, """\
         providers:
           remote:
             type: openai
-            base_url: http://${RNIX_TEST_HOST}:8000/v1
+            base_url: http://${RNIXFS_TEST_HOST}:8000/v1
             model: m
-            headers: {X-Api-Key: "${RNIX_TEST_KEY}"}
+            headers: {X-Api-Key: "${RNIXFS_TEST_KEY}"}
         """))
     p = cfg.providers["remote"]
     assert p.base_url == "http://10.1.2.3:8000/v1"
@@ -99,12 +99,12 @@ def test_env_expansion_in_strings(tmp_path, monkeypatch):
 
 
 def test_missing_env_var_is_named(tmp_path, monkeypatch):
-    monkeypatch.delenv("RNIX_TEST_NOPE", raising=False)
+    monkeypatch.delenv("RNIXFS_TEST_NOPE", raising=False)
     msg = load_err(tmp_path, """\
         providers:
-          x: {type: openai, base_url: "http://h/v1", model: m, api_key: "${RNIX_TEST_NOPE}"}
+          x: {type: openai, base_url: "http://h/v1", model: m, api_key: "${RNIXFS_TEST_NOPE}"}
         """)
-    assert "RNIX_TEST_NOPE" in msg and "api_key" in msg and "'x'" in msg
+    assert "RNIXFS_TEST_NOPE" in msg and "api_key" in msg and "'x'" in msg
 
 
 def test_bad_yaml(tmp_path):
@@ -155,7 +155,7 @@ def test_bad_name(tmp_path, name):
 
 
 def test_key_never_in_repr_or_describe(tmp_path, monkeypatch):
-    monkeypatch.setenv("RNIX_TEST_KEY", SECRET)
+    monkeypatch.setenv("RNIXFS_TEST_KEY", SECRET)
     cfg = load_providers(write(tmp_path, GOOD))
     p = cfg.providers["scripted"]
     for text in (repr(p), str(p), str(p.describe()), repr(cfg), str(cfg.describe())):

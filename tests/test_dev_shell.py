@@ -29,17 +29,17 @@ TRAILER = re.compile(rb"^\[exit (\d+)((?: [a-z]+(?:=[A-Z0-9]+)?)*)\]$")
 
 
 def tagged_env(tag: str) -> dict:
-    return {**os.environ, "RNIX_TEST_TAG": tag}
+    return {**os.environ, "RNIXFS_TEST_TAG": tag}
 
 
 def tagged(tag: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes carrying ``RNIX_TEST_TAG=tag``."""
+    """Live (non-zombie) processes carrying ``RNIXFS_TEST_TAG=tag``."""
     out = []
     for p in psutil.process_iter():
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if p.environ().get("RNIX_TEST_TAG") == tag:
+            if p.environ().get("RNIXFS_TEST_TAG") == tag:
                 out.append(p)
         except psutil.Error:
             continue

@@ -18,7 +18,7 @@ import trio
 
 from rnixfs.config import parse_providers
 from rnixfs.devices.llm.base import LLMError, LLMTimeout
-from rnixfs.devices.llm.cli import CLIProvider, render
+from rnixfs.devices.llm.cli_driver import CLIProvider, render
 
 STAND_IN = """#!{python}
 # STAND-IN for the claude / cursor-agent CLI (tests only).

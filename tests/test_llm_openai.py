@@ -215,11 +215,11 @@ def test_registry_from_config(scripted_server, tmp_path, monkeypatch):
     from rnixfs.config import parse_providers
     from rnixfs.devices.llm.registry import ProviderRegistry
 
-    monkeypatch.setenv("RNIX_TEST_KEY", KEY)
+    monkeypatch.setenv("RNIXFS_TEST_KEY", KEY)
     cfg = parse_providers(f"""
 default: scripted
 providers:
-  scripted: {{type: openai, base_url: "{scripted_server.url}", model: s, api_key: "${{RNIX_TEST_KEY}}"}}
+  scripted: {{type: openai, base_url: "{scripted_server.url}", model: s, api_key: "${{RNIXFS_TEST_KEY}}"}}
 """)
     reg = ProviderRegistry.from_config(cfg, tmp_path)
     assert reg.default_name == "scripted" and reg.names() == ["local", "scripted"]
@@ -372,7 +372,7 @@ def test_connection_is_reused_between_requests(scripted_server):
 # --- the driver boundary: caps, usage checks, redaction ----------------------
 
 def guarded(server, redactor=None, **kw):
-    from rnixfs.devices.llm.guard import GuardedProvider
+    from rnixfs.devices.llm.reply_guard import GuardedProvider
     return GuardedProvider(make(server, **kw), redactor)
 
 
@@ -528,13 +528,13 @@ def test_config_secret_values(monkeypatch):
 
     from rnixfs.config import parse_providers
 
-    monkeypatch.setenv("RNIX_T_KEY", KEY)
-    monkeypatch.setenv("RNIX_T_ORG", "org-7f3a")
-    monkeypatch.setenv("RNIX_T_PW", "p%40ss-word")
+    monkeypatch.setenv("RNIXFS_T_KEY", KEY)
+    monkeypatch.setenv("RNIXFS_T_ORG", "org-7f3a")
+    monkeypatch.setenv("RNIXFS_T_PW", "p%40ss-word")
     cfg = parse_providers("""
 providers:
-  a: {type: openai, base_url: "http://bob:${RNIX_T_PW}@h/v1", model: m, api_key: "${RNIX_T_KEY}",
-      headers: {X-Org: "${RNIX_T_ORG}", X-Plain: literal-value}, max_reply_bytes: 1000,
+  a: {type: openai, base_url: "http://bob:${RNIXFS_T_PW}@h/v1", model: m, api_key: "${RNIXFS_T_KEY}",
+      headers: {X-Org: "${RNIXFS_T_ORG}", X-Plain: literal-value}, max_reply_bytes: 1000,
       max_reply_time: 2.5}
 """)
     s = cfg.secret_values()

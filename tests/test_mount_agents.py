@@ -110,7 +110,7 @@ def test_kill_leaves_no_process_behind(mnt, scripted_server):
     tag = f"rnixfs-kill-{uuid.uuid4().hex[:8]}"
     mark = "SLEEPER"
     scripted_server.enqueue({"match": mark, "tool_calls": [
-        call("Bash", {"command": f"RNIX_TAG={tag} bash -c 'sleep 600 & setsid sleep 600 & sleep 600'",
+        call("Bash", {"command": f"RNIXFS_TAG={tag} bash -c 'sleep 600 & setsid sleep 600 & sleep 600'",
                       "timeout": 900}, "b")]})
     pid = mnt.spawn(mark)
 
@@ -118,7 +118,7 @@ def test_kill_leaves_no_process_behind(mnt, scripted_server):
         out = []
         for p in psutil.process_iter(["environ"]):
             try:
-                if (p.info["environ"] or {}).get("RNIX_TAG") == tag:
+                if (p.info["environ"] or {}).get("RNIXFS_TAG") == tag:
                     out.append(p)
             except psutil.Error:
                 pass
@@ -133,8 +133,8 @@ def test_kill_leaves_no_process_behind(mnt, scripted_server):
 def test_agent_bash_spawning_through_the_mount_becomes_the_parent(mnt, scripted_server):
     mark = "PARENT-BASH"
     scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {
-        "command": 'echo "child via mount" > "$RNIX_MOUNT/proc/new" && readlink "$RNIX_MOUNT/proc/self"'
-                   ' && echo "pid=$RNIX_PID"'}, "b")]})
+        "command": 'echo "child via mount" > "$RNIXFS_MOUNT/proc/new" && readlink "$RNIXFS_MOUNT/proc/self"'
+                   ' && echo "pid=$RNIXFS_PID"'}, "b")]})
     scripted_server.enqueue({"match": mark, "content": "spawned"})
     pid = mnt.spawn(mark)
     assert mnt.wait(pid).startswith("exited(0)")
@@ -151,7 +151,7 @@ def test_agent_bash_spawning_through_the_mount_becomes_the_parent(mnt, scripted_
 def test_parent_child_link_while_the_parent_runs(mnt, scripted_server):
     mark = "LIVE-PARENT"
     scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {
-        "command": 'echo "[[delay:1]] kid" > "$RNIX_MOUNT/proc/new"; sleep 2'}, "b")]})
+        "command": 'echo "[[delay:1]] kid" > "$RNIXFS_MOUNT/proc/new"; sleep 2'}, "b")]})
     scripted_server.enqueue({"match": mark, "content": "done"})
     pid = mnt.spawn(mark)
     child = wait_for(lambda: mnt.status(pid)["children"], 30, what="a child")[0]
@@ -228,9 +228,9 @@ def test_provider_keys_never_reach_agent_commands(mount_factory, scripted_server
     pid = m.spawn(mark)
     assert m.wait(pid).startswith("exited(0)")
     context = open(m.p(f"proc/{pid}/context")).read()
-    assert "RNIX_PID=" in context and "sk-do-not-leak-4242" not in context
+    assert "RNIXFS_PID=" in context and "sk-do-not-leak-4242" not in context
     res = run(m, 'exec 3<>"$M/dev/shell"; echo env >&3; cat <&3')
-    assert "RNIX_MOUNT=" in res.stdout and "sk-do-not-leak-4242" not in res.stdout
+    assert "RNIXFS_MOUNT=" in res.stdout and "sk-do-not-leak-4242" not in res.stdout
 
 
 def test_edit_refuses_a_file_too_large_to_rewrite(mnt, scripted_server):
@@ -331,7 +331,7 @@ def test_limits_yaml_sets_the_defaults_and_caps_children(tmp_path, mount_factory
     assert m.status(pid)["budget"]["max_time"] == 600
 
     # an agent's Bash writing proc/new: the third child is refused with EAGAIN
-    script = 'for i in 1 2 3; do echo "child $i" > "$RNIX_MOUNT/proc/new" || echo "refused $i"; done'
+    script = 'for i in 1 2 3; do echo "child $i" > "$RNIXFS_MOUNT/proc/new" || echo "refused $i"; done'
     scripted_server.enqueue({"match": "SPAWNER", "tool_calls": [call("Bash", {"command": script}, "b")]})
     scripted_server.enqueue({"match": "SPAWNER", "content": "done"})
     parent = m.spawn("SPAWNER")

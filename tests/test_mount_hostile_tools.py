@@ -150,7 +150,7 @@ def test_agent_commands_write_only_the_project_in_the_sandbox(mnt, scripted_serv
     scripted_server.enqueue({"match": mark, "tool_calls": [call("Bash", {"command": (
         f"echo in > inside.txt; echo out > {sibling}; echo out > {system} || echo refused;"
         " echo t > /tmp/t && cat /tmp/t;"
-        ' echo kid > "$RNIX_MOUNT/proc/new" && echo spawned')}, "w")]})
+        ' echo kid > "$RNIXFS_MOUNT/proc/new" && echo spawned')}, "w")]})
     scripted_server.enqueue({"match": mark, "content": "done"})
     pid = mnt.spawn(mark)
     assert mnt.wait(pid).startswith("exited(0)")

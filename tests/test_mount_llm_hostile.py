@@ -155,11 +155,11 @@ def test_key_quoted_by_the_server_is_never_kept(mount_factory, scripted_server, 
     """Error event, malformed first event, non-SSE content type, a 401 body,
     the reply itself: the key appears in no trace, event, status, store
     byte, daemon.log line or xattr. Credentials in base_url neither."""
-    monkeypatch.setenv("RNIX_HOSTILE_KEY", KEY)
-    monkeypatch.setenv("RNIX_PROXY_PASSWORD", PASSWORD)
+    monkeypatch.setenv("RNIXFS_HOSTILE_KEY", KEY)
+    monkeypatch.setenv("RNIXFS_PROXY_PASSWORD", PASSWORD)
     host = scripted_server.url.split("://", 1)[1]
-    yaml = scripted_providers(f"http://{USER}:${{RNIX_PROXY_PASSWORD}}@{host}", max_retries=0,
-                              api_key="${RNIX_HOSTILE_KEY}")
+    yaml = scripted_providers(f"http://{USER}:${{RNIXFS_PROXY_PASSWORD}}@{host}", max_retries=0,
+                              api_key="${RNIXFS_HOSTILE_KEY}")
     m = mount_factory(yaml)
     quoted = f"invalid key {KEY} for {USER}:{PASSWORD}"
     pids = []
@@ -232,9 +232,9 @@ def test_a_key_cut_by_the_length_limit_is_not_kept_in_part(mount_factory, script
                                                            monkeypatch, fault, pad):
     """Error texts are shortened; a key the cut falls inside must not leave
     its first characters behind (redact first, then shorten)."""
-    monkeypatch.setenv("RNIX_HOSTILE_KEY", KEY)
+    monkeypatch.setenv("RNIXFS_HOSTILE_KEY", KEY)
     m = mount_factory(scripted_providers(scripted_server.url, max_retries=0,
-                                         api_key="${RNIX_HOSTILE_KEY}"))
+                                         api_key="${RNIXFS_HOSTILE_KEY}"))
     scripted_server.enqueue({"fault": fault, "error": "x" * pad + " " + KEY + " tail"})
     pid = m.spawn("leak a part")
     st = wait_for(lambda: finished(m, pid), 60, what="the process to end")

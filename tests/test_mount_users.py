@@ -15,7 +15,7 @@ import pyfuse3
 import pytest
 import trio
 
-from rnixfs.fuse import inodes as I
+from rnixfs.fuse import inodes
 from tests.mountutil import cleanup, do_mount, needs_fuse, scripted_providers, sh
 from tests.test_adapter import ME, fuse_errno, spawn, with_ops
 
@@ -120,7 +120,7 @@ def test_waiting_reads_are_counted_per_uid(tmp_path, scripted_server):
     async def body(ops, k):
         assert ops.uid == ME.uid
         pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
-        ino = I.pid_ino(pid, I.K["wait"])
+        ino = inodes.pid_ino(pid, inodes.K["wait"])
         out = {}
         async with trio.open_nursery() as n:
             async def hold(ctx):
@@ -135,11 +135,11 @@ def test_waiting_reads_are_counted_per_uid(tmp_path, scripted_server):
             for _ in range(6):  # the daemon's user keeps its own share
                 await hold(ME)
             out["me_seventh"] = await fuse_errno(ops.read((await ops.open(ino, os.O_RDONLY, ME)).fh, 0, 100))
-            out["attr"] = await ops.getattr(I.PROC_NEW)
+            out["attr"] = await ops.getattr(inodes.PROC_NEW)
             n.cancel_scope.cancel()
         await k.signal(pid, "kill")
         return out
 
     out = with_ops(tmp_path, scripted_server.url, body, max_blocking=8)
     assert out["alice_again"] == out["carol"] == out["me_seventh"] == errno.EAGAIN
-    assert out["attr"].st_ino == I.PROC_NEW
+    assert out["attr"].st_ino == inodes.PROC_NEW

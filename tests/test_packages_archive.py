@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from rnixfs.skills.packages.archive import Limits, extract
-from rnixfs.skills.packages.errors import UnsafeArchive
+from rnixfs.skills.packages.package_errors import UnsafeArchive
 from tests.pkg_registry import make_tar_gz, skill_md
 from tests.pkgutil import Sandbox, pkg_registry, snapshot  # noqa: F401
 

@@ -9,7 +9,7 @@ import trio
 
 from rnixfs.devices import shell
 from rnixfs.kernel.errors import Code, SyscallError
-from rnixfs.skills.packages.guard import blocked_script
+from rnixfs.skills.packages.script_guard import blocked_script
 from tests.mountutil import needs_fuse, sh
 from tests.pkg_registry import skill_md
 from tests.pkgutil import Sandbox

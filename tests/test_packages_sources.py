@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rnixfs.skills.packages.errors import UsageError
+from rnixfs.skills.packages.package_errors import UsageError
 from rnixfs.skills.packages.fetch import Fetcher
 from rnixfs.skills.packages.registries import Registries, Registry
 from rnixfs.skills.packages.sources import (

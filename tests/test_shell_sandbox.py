@@ -118,7 +118,7 @@ def test_policy_off_and_missing_bwrap(monkeypatch):
 @needs_bwrap
 @pytest.mark.parametrize("mode", ["bwrap"], indirect=True)
 def test_a_sandbox_that_cannot_be_built_is_exit_126(tmp_path, mode):
-    env = {**os.environ, "RNIX_MOUNT": str(tmp_path / "gone")}
+    env = {**os.environ, "RNIXFS_MOUNT": str(tmp_path / "gone")}
     r = trio.run(lambda: shell.run("echo never", cwd=tmp_path, env=env, timeout=30, output_limit=4096))
     assert (r.exit_code, r.signal) == (126, None) and b"bwrap" in r.output and b"never" not in r.output
 

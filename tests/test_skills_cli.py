@@ -23,7 +23,7 @@ class Sandbox:
         self.project = tmp / "proj"
         self.project.mkdir()
         self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("RNIXFS_CONFIG_DIR", "RNIX_ASCII", "XDG_CONFIG_HOME")}
+                    if k not in ("RNIXFS_CONFIG_DIR", "RNIXFS_ASCII", "XDG_CONFIG_HOME")}
         self.env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"))
         if not builtins:
             self.env["RNIXFS_NO_BUILTINS"] = "1"
@@ -156,7 +156,7 @@ def test_list_flag_conflicts(sb):
 def test_list_trust_marker_and_ascii(sb):
     sb.put("pn", "p1")
     assert "untrusted project" in sb.run("skill", "list").stderr
-    sb.env["RNIX_ASCII"] = "1"
+    sb.env["RNIXFS_ASCII"] = "1"
     assert "will load - untrusted repo" in sb.run("skill", "list").stderr
     state = sb.project / ".rnix" / "state"
     state.mkdir()

@@ -12,7 +12,7 @@ from rnixfs.skills.model import Skill, SkillError, SkillInvalid
 from rnixfs.skills.parse import (
     MAX_FRONTMATTER_BYTES, MAX_SKILL_MD_BYTES, LenientSkip, goquote, lenient_check, read_skill_md,
 )
-from rnixfs.skills.tools import split_tools
+from rnixfs.skills.tool_names import split_tools
 
 
 def skill_dir(tmp_path, name, text, *, dirname=None):

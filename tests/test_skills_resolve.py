@@ -24,7 +24,7 @@ def env(tmp_path, monkeypatch):
     home = tmp_path / "home"
     (home / ".agents").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("RNIX_ASCII", raising=False)
+    monkeypatch.delenv("RNIXFS_ASCII", raising=False)
     project = tmp_path / "proj"
     project.mkdir()
 
@@ -241,7 +241,7 @@ def test_trust_warning_format(env):
 
 
 def test_trust_ascii_and_quoting(env, monkeypatch):
-    monkeypatch.setenv("RNIX_ASCII", "1")
+    monkeypatch.setenv("RNIXFS_ASCII", "1")
     odd = env.tmp / 'we"ird dir'
     put(odd / ".rnix" / "skills", "a")
     line = trust_line(check_trust(skill_roots(odd, env.cfg, home=env.home))[0])
@@ -440,9 +440,9 @@ def test_concurrent_resolution_while_skills_churn(env):
 
 
 def test_many_skills_are_capped(env, monkeypatch):
-    import rnixfs.skills.resolve as r
+    import rnixfs.skills.resolve as resolve_mod
 
-    monkeypatch.setattr(r, "MAX_SKILLS_PER_ROOT", 3)
+    monkeypatch.setattr(resolve_mod, "MAX_SKILLS_PER_ROOT", 3)
     for i in range(5):
         put(env.roots["un"], f"s{i}")
     res = resolve(env)
@@ -472,13 +472,13 @@ def test_builtins_never_overwrite_user_edits(env, builtins_on, monkeypatch):
     ensure_builtins(env.cfg)
     md = env.cfg / "skills" / "code-analysis" / "SKILL.md"
     md.write_text(md.read_text().replace("# Code analysis", "# My own analysis"))
-    import rnixfs.skills.builtins as b
+    import rnixfs.skills.builtins as builtins_mod
 
     real = packaged()
     newer = {k: dict(v) for k, v in real.items()}
     newer["skills/code-analysis"]["SKILL.md"] += b"\nNew upstream section.\n"
     newer["agents/code-analyst"]["instructions.md"] += b"\nNew upstream rule.\n"
-    monkeypatch.setattr(b, "packaged", lambda: newer)
+    monkeypatch.setattr(builtins_mod, "packaged", lambda: newer)
     assert ensure_builtins(env.cfg) == ["agents/code-analyst"]      # unedited agent upgraded
     assert "# My own analysis" in md.read_text()                     # edited skill left alone
     assert "New upstream rule." in (env.cfg / "agents" / "code-analyst" / "instructions.md").read_text()

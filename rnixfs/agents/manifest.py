@@ -189,7 +189,7 @@ def _names(v, key: str) -> list[str]:
 
 
 def _tools(v) -> list[str]:
-    from ..skills.tools import normalize_tools, split_tools
+    from ..skills.tool_names import normalize_tools, split_tools
 
     if v is None:
         return []

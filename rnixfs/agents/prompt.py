@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..fileio import NotRegularFile, ScopeEscape, read_in_scope
 from ..skills.model import Skill, SkillNotFound
-from ..skills.tools import union_tools
+from ..skills.tool_names import union_tools
 from .manifest import AgentManifest
 
 log = logging.getLogger(__name__)

@@ -382,7 +382,7 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
     before ``Cancelled`` propagates.
     """
     command = _check_command(command)
-    from ..skills.packages.guard import blocked_script   # installed skills' scripts (docs/packages.md)
+    from ..skills.packages.script_guard import blocked_script   # installed skills' scripts (docs/packages.md)
     # in a thread: the command may name paths inside this daemon's own mount
     if (why := await trio.to_thread.run_sync(blocked_script, command, cwd)) is not None:
         raise _err(Code.PERMISSION, why)
@@ -410,9 +410,9 @@ async def execute(command: str | bytes, *, cwd: Path | str, env: dict | None, ti
     if not any(cwd == w or cwd.startswith(w.rstrip("/") + "/") for w in writable):
         writable.append(cwd)
     argv = box.argv(inner, cwd=cwd, writable=writable)
-    if box.active and env.get("RNIX_MOUNT"):
+    if box.active and env.get("RNIXFS_MOUNT"):
         # the mount read-write, named as is: the daemon must not stat its own mount
-        mount = os.path.abspath(env["RNIX_MOUNT"])
+        mount = os.path.abspath(env["RNIXFS_MOUNT"])
         i = argv.index("--chdir")
         argv[i:i] = ["--bind", mount, mount]
     try:

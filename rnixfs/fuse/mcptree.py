@@ -17,7 +17,7 @@ import pyfuse3
 
 from ..devices.mcp.device import McpDevices, file_name, tool_for_file
 from ..kernel.errors import SyscallError
-from . import inodes as I
+from . import inodes
 from .inodemap import InodeMap
 
 MCP_BASE = 1 << 46
@@ -36,7 +36,7 @@ class McpTree:
     def __init__(self, devices: McpDevices, attr):
         self.devices = devices
         self._attr = attr
-        self.inodes = InodeMap(MCP_BASE, {"": I.DEV_MCP})
+        self.inodes = InodeMap(MCP_BASE, {"": inodes.DEV_MCP})
 
     def owns(self, inode: int) -> bool:
         return inode in self.inodes

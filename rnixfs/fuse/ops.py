@@ -23,7 +23,7 @@ from ..devices.mcp.device import ToolCall, tool_for_file
 from ..kernel import request as spawn_request
 from ..kernel.errors import Code, SyscallError
 from ..kernel.process import Process
-from . import inodes as I
+from . import inodes
 from .mcptree import McpTree
 from .passthrough import Passthrough, Tree, pread, pwrite
 from .workspace import WS_BASE, WorkspaceFS
@@ -37,8 +37,8 @@ ENTRY_TIMEOUT = 1.0  # names that can disappear (reaped processes)
 SNAPSHOT_TIMEOUT = 0.5  # status/context: size is a hint, reads are direct_io
 LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
 
-WRITABLE = {I.K["ctl"], I.K["context"]}
-SNAPSHOT = {I.K["status"], I.K["intent"], I.K["context"], I.K["ctl"], I.K["result"], I.K["plan"]}
+WRITABLE = {inodes.K["ctl"], inodes.K["context"]}
+SNAPSHOT = {inodes.K["status"], inodes.K["intent"], inodes.K["context"], inodes.K["ctl"], inodes.K["result"], inodes.K["plan"]}
 CTL_HELP = b"term kill killtree pause resume reap\n"
 # proc/new, dev/llm/*, dev/shell run things as the daemon's user: only that
 # user may open them (default_permissions enforces it, even with allow_other)
@@ -50,7 +50,7 @@ PROC_FILE_MODE = 0o400
 PROC_WRITE_MODE = 0o600
 MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
-TREE_INODES = {"skills": I.SKILLS, "agents": I.AGENTS}
+TREE_INODES = {"skills": inodes.SKILLS, "agents": inodes.AGENTS}
 
 
 class Handle:
@@ -98,7 +98,7 @@ class Operations(pyfuse3.Operations):
         self.providers = providers
         self.nursery = nursery
         self.daemon_info = daemon_info
-        self.llm_names = sorted(providers.names())[: I.LLM_MAX]
+        self.llm_names = sorted(providers.names())[: inodes.LLM_MAX]
         self._fh = itertools.count(1)
         self.handles: dict[int, Handle] = {}
         self._waits: set[trio.CancelScope] = set()
@@ -165,27 +165,27 @@ class Operations(pyfuse3.Operations):
         self.owners[pid] = owner
 
     def _proc_attr(self, proc: Process, k: int) -> pyfuse3.EntryAttributes:
-        ino = I.pid_ino(proc.pid, k)
+        ino = inodes.pid_ino(proc.pid, k)
         created = int(proc.created * 1e9)
         owner = self.owner(proc)
-        if k in (I.K_DIR, I.K["fd"]):
+        if k in (inodes.K_DIR, inodes.K["fd"]):
             return self._attr(ino, stat.S_IFDIR | PROC_DIR_MODE, timeout=ENTRY_TIMEOUT, ns=created,
                               owner=owner)
         file_mode = stat.S_IFREG | PROC_FILE_MODE
-        if k == I.K["intent"]:
+        if k == inodes.K["intent"]:
             return self._attr(ino, file_mode, size=len(proc.intent.encode()) + 1,
                               timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=created, owner=owner)
-        if k == I.K["result"] and not proc.alive:
+        if k == inodes.K["result"] and not proc.alive:
             ns = int((proc.exited or proc.created) * 1e9)
             return self._attr(ino, file_mode, size=len(self._render(proc, k)),
                               timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=ns, owner=owner)
-        if k == I.K["trace"]:
+        if k == inodes.K["trace"]:
             return self._attr(ino, file_mode, size=len(proc.trace),
                               timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
-        if k == I.K["events"]:
+        if k == inodes.K["events"]:
             return self._attr(ino, file_mode, size=len(proc.events),
                               timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
-        if k == I.K["wait"]:
+        if k == inodes.K["wait"]:
             size = 0 if proc.alive else len(proc.wait_line())
             return self._attr(ino, file_mode, size=size,
                               timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
@@ -194,22 +194,22 @@ class Operations(pyfuse3.Operations):
                           timeout=SNAPSHOT_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
 
     def _render(self, proc: Process, k: int) -> bytes:
-        if k == I.K["status"]:
+        if k == inodes.K["status"]:
             return (json.dumps(proc.status(), indent=2, ensure_ascii=False) + "\n").encode()
-        if k == I.K["intent"]:
+        if k == inodes.K["intent"]:
             return (proc.intent + "\n").encode()
-        if k == I.K["context"]:
+        if k == inodes.K["context"]:
             lines = [json.dumps(m, ensure_ascii=False) for m in proc.messages]
             lines += [json.dumps({"role": "user", "content": t, "pending": True}, ensure_ascii=False)
                       for t in proc.pending_input]
             return ("\n".join(lines) + "\n").encode() if lines else b""
-        if k == I.K["ctl"]:
+        if k == inodes.K["ctl"]:
             return CTL_HELP
-        if k == I.K["result"]:
+        if k == inodes.K["result"]:
             if proc.alive or proc.result is None:
                 return b""
             return proc.result.encode() + (b"" if proc.result.endswith("\n") else b"\n")
-        if k == I.K["plan"]:  # agent.yaml planning: true; empty until the plan step answered
+        if k == inodes.K["plan"]:  # agent.yaml planning: true; empty until the plan step answered
             if not proc.plan:
                 return b""
             return proc.plan.encode() + (b"" if proc.plan.endswith("\n") else b"\n")
@@ -227,7 +227,7 @@ class Operations(pyfuse3.Operations):
             return attr
         if self.mcp is not None and self.mcp.owns(inode):
             return await self.mcp.getattr(inode)
-        kind, a, b = I.decode(inode)
+        kind, a, b = inodes.decode(inode)
         if kind == "pid":
             return self._proc_attr(self._proc(a), b)
         if kind == "fd":
@@ -240,12 +240,12 @@ class Operations(pyfuse3.Operations):
             if a >= len(self.llm_names):
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._attr(inode, stat.S_IFREG | WRITE_MODE)
-        if inode in (I.ROOT, I.PROC, I.DEV, I.DEV_LLM):
-            timeout = ENTRY_TIMEOUT if inode == I.PROC else STATIC_TIMEOUT
+        if inode in (inodes.ROOT, inodes.PROC, inodes.DEV, inodes.DEV_LLM):
+            timeout = ENTRY_TIMEOUT if inode == inodes.PROC else STATIC_TIMEOUT
             return self._attr(inode, stat.S_IFDIR | 0o555, timeout=timeout)
-        if inode == I.PROC_NEW or (inode == I.DEV_SHELL and self.shell_session is not None):
+        if inode == inodes.PROC_NEW or (inode == inodes.DEV_SHELL and self.shell_session is not None):
             return self._attr(inode, stat.S_IFREG | WRITE_MODE)
-        if inode == I.PROC_SELF:
+        if inode == inodes.PROC_SELF:
             return self._self_attr(ctx)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
@@ -260,28 +260,28 @@ class Operations(pyfuse3.Operations):
         # `echo x > file` truncates first: accept it on the append-only files.
         if fields.update_size and attr.st_size != 0:
             raise pyfuse3.FUSEError(errno.EINVAL)
-        kind, a, b = I.decode(inode)
-        if inode in (I.PROC_NEW, I.DEV_SHELL) or kind == "llm" or (kind == "pid" and b in WRITABLE):
+        kind, a, b = inodes.decode(inode)
+        if inode in (inodes.PROC_NEW, inodes.DEV_SHELL) or kind == "llm" or (kind == "pid" and b in WRITABLE):
             return await self.getattr(inode, ctx)
         raise pyfuse3.FUSEError(errno.EACCES)
 
     # -- names ---------------------------------------------------------------------
     def _children(self, inode: int) -> dict[bytes, int] | None:
-        if inode == I.ROOT:
-            tops = {b"proc": I.PROC, b"dev": I.DEV}
+        if inode == inodes.ROOT:
+            tops = {b"proc": inodes.PROC, b"dev": inodes.DEV}
             tops.update({n.encode(): TREE_INODES[n] for n in self.trees})
             return tops
-        if inode == I.DEV:
-            devs = {b"llm": I.DEV_LLM}
+        if inode == inodes.DEV:
+            devs = {b"llm": inodes.DEV_LLM}
             if self.wsfs is not None:
-                devs[b"fs"] = I.DEV_FS
+                devs[b"fs"] = inodes.DEV_FS
             if self.shell_session is not None:
-                devs[b"shell"] = I.DEV_SHELL
+                devs[b"shell"] = inodes.DEV_SHELL
             if self.mcp is not None:
-                devs[b"mcp"] = I.DEV_MCP
+                devs[b"mcp"] = inodes.DEV_MCP
             return devs
-        if inode == I.DEV_LLM:
-            return {n.encode(): I.LLM_BASE + i for i, n in enumerate(self.llm_names)}
+        if inode == inodes.DEV_LLM:
+            return {n.encode(): inodes.LLM_BASE + i for i, n in enumerate(self.llm_names)}
         return None
 
     async def lookup(self, parent_inode, name, ctx=None):
@@ -289,24 +289,24 @@ class Operations(pyfuse3.Operations):
             return real.lookup(parent_inode, name)
         if self.mcp is not None and self.mcp.owns(parent_inode):
             return await self.mcp.lookup(parent_inode, name)
-        kind, a, b = I.decode(parent_inode)
-        if parent_inode == I.PROC:
+        kind, a, b = inodes.decode(parent_inode)
+        if parent_inode == inodes.PROC:
             if name == b"new":
-                return await self.getattr(I.PROC_NEW)
+                return await self.getattr(inodes.PROC_NEW)
             if name == b"self":
                 return self._self_attr(ctx)
             if name.isdigit() and not name.startswith(b"0"):
                 proc = self._proc(int(name))
-                return self._proc_attr(proc, I.K_DIR)
+                return self._proc_attr(proc, inodes.K_DIR)
             raise pyfuse3.FUSEError(errno.ENOENT)
-        if kind == "pid" and b == I.K_DIR:
-            k = I.K.get(name.decode("utf-8", "replace"))
+        if kind == "pid" and b == inodes.K_DIR:
+            k = inodes.K.get(name.decode("utf-8", "replace"))
             if k is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._proc_attr(self._proc(a), k)
-        if kind == "pid" and b == I.K["fd"]:
+        if kind == "pid" and b == inodes.K["fd"]:
             if name.isdigit() and int(name) in self._proc(a).fds:
-                return await self.getattr(I.fd_ino(a, int(name)))
+                return await self.getattr(inodes.fd_ino(a, int(name)))
             raise pyfuse3.FUSEError(errno.ENOENT)
         children = self._children(parent_inode)
         if children is None:
@@ -320,17 +320,17 @@ class Operations(pyfuse3.Operations):
         pid = self.kernel.agent_of(ctx.pid) if ctx is not None else None
         if pid is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self._attr(I.PROC_SELF, stat.S_IFLNK | 0o777, size=len(str(pid)), timeout=LIVE_TIMEOUT)
+        return self._attr(inodes.PROC_SELF, stat.S_IFLNK | 0o777, size=len(str(pid)), timeout=LIVE_TIMEOUT)
 
     async def readlink(self, inode, ctx):
         if (real := self._real(inode)) is not None:
             return real.readlink(inode)
-        if inode == I.PROC_SELF:
+        if inode == inodes.PROC_SELF:
             pid = self.kernel.agent_of(ctx.pid)
             if pid is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return str(pid).encode()
-        kind, pid, fd = I.decode(inode)
+        kind, pid, fd = inodes.decode(inode)
         if kind != "fd":
             raise pyfuse3.FUSEError(errno.EINVAL)
         device = self._proc(pid).fds.get(fd)
@@ -347,12 +347,12 @@ class Operations(pyfuse3.Operations):
             if not await self.mcp.is_dir(inode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
             return inode
-        kind, a, b = I.decode(inode)
+        kind, a, b = inodes.decode(inode)
         if kind == "pid":
             self._proc(a)
-            if b not in (I.K_DIR, I.K["fd"]):
+            if b not in (inodes.K_DIR, inodes.K["fd"]):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
-        elif inode != I.PROC and self._children(inode) is None:
+        elif inode != inodes.PROC and self._children(inode) is None:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return inode
 
@@ -362,15 +362,15 @@ class Operations(pyfuse3.Operations):
             return real.readdir(inode, start_id, token)
         if self.mcp is not None and self.mcp.owns(inode):
             return await self.mcp.readdir(inode, start_id, token)
-        kind, a, b = I.decode(inode)
-        if inode == I.PROC:
+        kind, a, b = inodes.decode(inode)
+        if inode == inodes.PROC:
             return self._readdir_proc(start_id, token)
-        if kind == "pid" and b == I.K_DIR:
+        if kind == "pid" and b == inodes.K_DIR:
             proc = self._proc(a)
-            names = list(I.PROC_FILES)
+            names = list(inodes.PROC_FILES)
             for i in range(start_id, len(names)):
                 if not pyfuse3.readdir_reply(token, names[i].encode(),
-                                             self._proc_attr(proc, I.K[names[i]]), i + 1):
+                                             self._proc_attr(proc, inodes.K[names[i]]), i + 1):
                     return
             return
         if kind == "pid":
@@ -378,7 +378,7 @@ class Operations(pyfuse3.Operations):
             for fd in sorted(proc.fds):
                 if fd < start_id:
                     continue
-                attr = await self.getattr(I.fd_ino(a, fd))
+                attr = await self.getattr(inodes.fd_ino(a, fd))
                 if not pyfuse3.readdir_reply(token, str(fd).encode(), attr, fd + 1):
                     return
             return
@@ -390,7 +390,7 @@ class Operations(pyfuse3.Operations):
 
     def _readdir_proc(self, start_id: int, token) -> None:
         if start_id == 0:
-            if not pyfuse3.readdir_reply(token, b"new", self._attr(I.PROC_NEW, stat.S_IFREG | WRITE_MODE), 1):
+            if not pyfuse3.readdir_reply(token, b"new", self._attr(inodes.PROC_NEW, stat.S_IFREG | WRITE_MODE), 1):
                 return
             start_id = 1
         pids = self.kernel.pids()
@@ -400,7 +400,7 @@ class Operations(pyfuse3.Operations):
             proc = table.get(pid)
             if proc is None:
                 continue
-            if not pyfuse3.readdir_reply(token, str(pid).encode(), self._proc_attr(proc, I.K_DIR), pid + 1):
+            if not pyfuse3.readdir_reply(token, str(pid).encode(), self._proc_attr(proc, inodes.K_DIR), pid + 1):
                 return
 
     # -- open / read / write ---------------------------------------------------------------
@@ -418,13 +418,13 @@ class Operations(pyfuse3.Operations):
             return self._new_handle(h, direct_io=False, keep_cache=not shared)
         if self.mcp is not None and self.mcp.owns(inode):
             return await self._open_mcp(inode, flags, ctx)
-        if inode == I.DEV_SHELL and self.shell_session is not None:
+        if inode == inodes.DEV_SHELL and self.shell_session is not None:
             h = _opened(Handle("shell", caller=ctx.pid), ctx)
             h.conv = self.shell_session()
             return self._new_handle(h, nonseekable=True)
-        kind, a, b = I.decode(inode)
+        kind, a, b = inodes.decode(inode)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY
-        if inode == I.PROC_NEW:
+        if inode == inodes.PROC_NEW:
             h = _opened(Handle("new", caller=ctx.pid), ctx)
             h.ppid = self.kernel.agent_of(ctx.pid) or 0
             return self._new_handle(h, nonseekable=True)
@@ -434,17 +434,17 @@ class Operations(pyfuse3.Operations):
             name = self.llm_names[a]
             conv = Conversation(self.providers.get(name), self.nursery, f"/dev/llm/{name}")
             return self._new_handle(_opened(Handle("llm", caller=ctx.pid, conv=conv), ctx), nonseekable=True)
-        if kind != "pid" or b in (I.K_DIR, I.K["fd"]):
+        if kind != "pid" or b in (inodes.K_DIR, inodes.K["fd"]):
             raise pyfuse3.FUSEError(errno.EISDIR if kind != "fd" else errno.ELOOP)
         proc = self._proc(a)
         if writing and b not in WRITABLE:
             raise pyfuse3.FUSEError(errno.EACCES)
         if b in SNAPSHOT:
             data = b"" if writing else self._render(proc, b)
-            cached = b == I.K["intent"] or (b == I.K["result"] and not proc.alive)
+            cached = b == inodes.K["intent"] or (b == inodes.K["result"] and not proc.alive)
             return self._new_handle(Handle("file", proc=proc, k=b, data=data),
                                     direct_io=not cached, keep_cache=cached)
-        kind = "wait" if b == I.K["wait"] else "stream"
+        kind = "wait" if b == inodes.K["wait"] else "stream"
         return self._new_handle(_opened(Handle(kind, proc=proc, k=b, caller=ctx.pid), ctx))
 
     async def _open_mcp(self, inode: int, flags: int, ctx):
@@ -533,7 +533,7 @@ class Operations(pyfuse3.Operations):
             except OSError as exc:
                 raise pyfuse3.FUSEError(exc.errno) from None
         if h.kind == "stream":
-            buf = h.proc.trace if h.k == I.K["trace"] else h.proc.events
+            buf = h.proc.trace if h.k == inodes.K["trace"] else h.proc.events
             return bytes(buf[off:off + size])
         if h.kind == "wait":
             proc = h.proc
@@ -585,10 +585,10 @@ class Operations(pyfuse3.Operations):
             if h.kind == "mcpctl":
                 await self.mcp.devices.ctl(h.data.decode(), _text(buf, "command"))
                 return len(buf)
-            if h.kind == "file" and h.k == I.K["ctl"]:
+            if h.kind == "file" and h.k == inodes.K["ctl"]:
                 await self.kernel.signal(h.proc.pid, _text(buf, "command"))
                 return len(buf)
-            if h.kind == "file" and h.k == I.K["context"]:
+            if h.kind == "file" and h.k == inodes.K["context"]:
                 if len(buf) > MAX_STEER_BYTES:
                     raise SyscallError(Code.TOO_BIG, f"message is {len(buf)} bytes; the cap is "
                                        f"{MAX_STEER_BYTES}", syscall="Steer", pid=h.proc.pid)
@@ -753,7 +753,7 @@ class Operations(pyfuse3.Operations):
 
     # -- xattrs and statfs --------------------------------------------------------------
     async def getxattr(self, inode, name, ctx):
-        if inode == I.ROOT and name == XATTR_DAEMON:
+        if inode == inodes.ROOT and name == XATTR_DAEMON:
             return json.dumps(self.daemon_info()).encode()
         if self.pt.owns(inode):
             value = self.pt.xattrs(inode).get(os.fsdecode(name))
@@ -762,7 +762,7 @@ class Operations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
 
     async def listxattr(self, inode, ctx):
-        if inode == I.ROOT:
+        if inode == inodes.ROOT:
             return [XATTR_DAEMON]
         if self.pt.owns(inode):
             return [os.fsencode(k) for k in self.pt.xattrs(inode)]

@@ -18,7 +18,7 @@ import stat
 import pyfuse3
 
 from ..devices.fs import FsError, Workspace
-from . import inodes as I
+from . import inodes
 from .inodemap import InodeMap
 
 WS_BASE = 1 << 45
@@ -36,10 +36,10 @@ class WorkspaceFS:
     def __init__(self, ws: Workspace, attr):
         self.ws = ws
         self._attr = attr
-        self.inodes = InodeMap(WS_BASE, {"": I.DEV_FS})
+        self.inodes = InodeMap(WS_BASE, {"": inodes.DEV_FS})
 
     def owns(self, inode: int) -> bool:
-        return inode == I.DEV_FS or inode >= WS_BASE and inode in self.inodes
+        return inode == inodes.DEV_FS or inode >= WS_BASE and inode in self.inodes
 
     def ino_for(self, rel: str) -> int:
         return self.inodes.ino(rel)

@@ -19,7 +19,7 @@ from contextlib import aclosing
 import trio
 
 from ..devices.llm.base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
-from . import tools as T
+from . import tools
 from .errors import Code, SyscallError
 from .process import (
     EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TIME, EXIT_MAX_TOKENS, EXIT_OK,
@@ -98,8 +98,8 @@ def system_message(kernel, proc: Process, driver) -> dict:
 
 
 def schema_prompt(allowed: list[str]) -> str:
-    names = T.offered(allowed)
-    described = "; ".join(f"{n}({', '.join(T.SPECS[n][1])}): {T.SPECS[n][0]}" for n in names)
+    names = tools.offered(allowed)
+    described = "; ".join(f"{n}({', '.join(tools.SPECS[n][1])}): {tools.SPECS[n][0]}" for n in names)
     return SCHEMA_INSTRUCTIONS.format(tools=described)
 
 
@@ -362,11 +362,11 @@ async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
     if planning:
         pass  # a plan is prose: no tools offered, no JSON schema imposed
     elif schema:
-        answer = T.answer_schema(proc.allowed_tools)
+        answer = tools.answer_schema(proc.allowed_tools)
         answer["properties"]["tool"]["enum"][-1:-1] = [t["function"]["name"] for t in mcp_tools]
         extra["response_format"] = {"type": "json_schema", "json_schema": {"name": "step", "schema": answer}}
     else:
-        extra["tools"] = T.schemas(proc.allowed_tools) + mcp_tools
+        extra["tools"] = tools.schemas(proc.allowed_tools) + mcp_tools
     if proc.reasoning_effort and driver_type(model.driver) in EFFORT_DRIVERS:
         extra["reasoning_effort"] = proc.reasoning_effort
     request = json.dumps(proc.messages, ensure_ascii=False).encode()

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import trio
 
-from . import grants as G
+from . import grants as grant_rules
 from .errors import Code, SyscallError
 from .process import Process
 from .request import SpawnRequest
@@ -65,7 +65,7 @@ NAMES = tuple(SPECS)
 
 def offered(allowed: list[str]) -> list[str]:
     """Tool names a process may call (a scoped grant offers its tool)."""
-    names = G.tool_names(allowed)
+    names = grant_rules.tool_names(allowed)
     return [n for n in NAMES if not allowed or n in names]
 
 
@@ -153,7 +153,7 @@ class Tools:
                                syscall="Tool", pid=proc.pid)
             tracer.emit(proc, "Tool", quote(name), f"-1 {err}", dur_ms=0, error=err)
             return f"error: {err.cause}"
-        if not G.Grants(proc.allowed_tools).allows_tool(name):
+        if not grant_rules.Grants(proc.allowed_tools).allows_tool(name):
             err = SyscallError(Code.PERMISSION,
                                f"{name} is not allowed (allowed tools: {', '.join(proc.allowed_tools)})",
                                syscall=name, pid=proc.pid, device=_DEVICE.get(name, ""))
@@ -181,7 +181,7 @@ class Tools:
                         device="/dev/mcp") as c:
                     specs, errors = await self.mcp.tool_specs(proc.mcp_servers, proc.mcp_inline)
                     c.result = f"{len(specs)} tools" + (f" ({'; '.join(errors)})" if errors else "")
-            grants = G.Grants(proc.allowed_tools)
+            grants = grant_rules.Grants(proc.allowed_tools)
             proc.mcp_tools = [s for s in specs if grants.allows_tool(s["function"]["name"])]
         return proc.mcp_tools
 
@@ -192,7 +192,7 @@ class Tools:
         """mcp__<server>__<tool>: one traced call, an fd while it runs, the
         result capped like any tool's; kill cancels it."""
         _, server, tool = name.split("__", 2)
-        if not G.Grants(proc.allowed_tools).allows_tool(name):
+        if not grant_rules.Grants(proc.allowed_tools).allows_tool(name):
             err = _denied(f"{name} is not allowed", name, f"/dev/mcp/{server}")
             err.pid = proc.pid
             self.kernel.tracer.emit(proc, "Call", quote(name), f"-1 {err}", dur_ms=0, error=err)
@@ -214,7 +214,7 @@ class Tools:
 
     # -- workspace ---------------------------------------------------------------------
     def relative(self, path: str) -> str:
-        """Models like absolute paths: /dev/fs/x, $RNIX_MOUNT/dev/fs/x and the
+        """Models like absolute paths: /dev/fs/x, $RNIXFS_MOUNT/dev/fs/x and the
         project's own absolute path all name workspace-relative x."""
         prefixes = ["/dev/fs/"]
         if self.mount:
@@ -312,11 +312,11 @@ class Tools:
 
     def _check_workspace(self, proc: Process, tool: str, path: str) -> None:
         """Grants on a canonical workspace path; raises PERMISSION."""
-        grants = G.Grants(proc.allowed_tools)
+        grants = grant_rules.Grants(proc.allowed_tools)
         why = grants.check_path(tool, path)
         if why:
             raise _denied(why, tool)
-        if tool in ("Write", "Edit") and G.protected(path) and not grants.names_protected(tool, path):
+        if tool in ("Write", "Edit") and grant_rules.protected(path) and not grants.names_protected(tool, path):
             raise _denied(f"{path} holds agent limits (.rnix/, .agents/skills/, .mcp.json); "
                           f"{tool} needs a grant naming it, e.g. {tool}(.rnix/**)", tool)
 
@@ -440,11 +440,11 @@ class Tools:
 
     def _filter(self, proc: Process, tool: str, found, owned: bool):
         """A scoped Glob/Grep grant sees only the paths it names."""
-        pats = None if owned else G.Grants(proc.allowed_tools).patterns(tool)
+        pats = None if owned else grant_rules.Grants(proc.allowed_tools).patterns(tool)
         if pats is None:
             return found
         key = (lambda m: m) if tool == "Glob" else (lambda m: m[0])
-        return [m for m in found if any(G.path_matches(p, key(m)) for p in pats)]
+        return [m for m in found if any(grant_rules.path_matches(p, key(m)) for p in pats)]
 
 
     # -- shell ---------------------------------------------------------------------------
@@ -453,10 +453,10 @@ class Tools:
         timeout = _arg(args, "timeout", int, required=False) or BASH_TIMEOUT
         timeout = min(max(1, timeout), BASH_TIMEOUT_MAX)
         tracer = self.kernel.tracer
-        grants = G.Grants(proc.allowed_tools)
+        grants = grant_rules.Grants(proc.allowed_tools)
         why = grants.check_command(command)
         if why is None:
-            why = G.check_bash_protected(command, grants)  # best effort: see docs/skills.md
+            why = grant_rules.check_bash_protected(command, grants)  # best effort: see docs/skills.md
         if why:
             err = _denied(why, "Bash", "/dev/shell")
             err.pid = proc.pid
@@ -468,7 +468,7 @@ class Tools:
         try:
             async with tracer.syscall(proc, "Write", f"FD({fd}), {quote(command)}", device="/dev/shell") as c:
                 c.result = str(len(command.encode()))
-            env = {**self.env, **proc.env, "RNIX_PID": str(proc.pid), "RNIX_MOUNT": self.mount}
+            env = {**self.env, **proc.env, "RNIXFS_PID": str(proc.pid), "RNIXFS_MOUNT": self.mount}
             cwd = self.kernel.project / await trio.to_thread.run_sync(self.ws.resolve, proc.cwd)
             hosts: list[int] = []
 
@@ -588,9 +588,9 @@ class Tools:
             return [], None  # nothing asked, or unrestricted already
         if not proc.skill_grants:
             return [], (wanted, "the agent's tools list is explicit")
-        new = G.union(proc.allowed_tools, wanted)
+        new = grant_rules.union(proc.allowed_tools, wanted)
         if proc.tool_ceiling is not None:
-            new = G.intersect(new, proc.tool_ceiling) or list(proc.allowed_tools)
+            new = grant_rules.intersect(new, proc.tool_ceiling) or list(proc.allowed_tools)
         added = [t for t in new if t not in proc.allowed_tools]
         left = [t for t in wanted if t not in new]
         if added:

@@ -70,7 +70,7 @@ from .resolve import (
     AGENTS, NATIVE, PROJECT, USER, Diagnostics, Resolution, ScopePath, ShadowWarning,
     SkipEntry, find_project, resolve_skills, skill_roots, write_scope,
 )
-from .tools import DEVICE_TOOLS, KNOWN_TOOLS, normalize_tools, union_tools
+from .tool_names import DEVICE_TOOLS, KNOWN_TOOLS, normalize_tools, union_tools
 from .trust import TRUST_MARKER, TrustWarning, is_trusted
 
 __all__ = [

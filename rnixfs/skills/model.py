@@ -11,7 +11,7 @@ from .parse import (
     MAX_SKILL_MD_BYTES, SKILL_FILE, LenientSkip, LenientWarning, SkillParseError, check_synergy,
     decode_skill_md, lenient_check, name_key, parse_skill_md,
 )
-from .tools import normalize_tools, split_tools
+from .tool_names import normalize_tools, split_tools
 
 MAX_RESOURCE_BYTES = 8 << 20
 MAX_SCANNED = 20000

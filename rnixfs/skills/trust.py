@@ -80,10 +80,10 @@ def check_trust(roots) -> list[TrustWarning]:
 
 
 def trust_line(w: TrustWarning) -> str:
-    """Rnix's stderr line (em dash; ``RNIX_ASCII=1`` gives ``-``)."""
+    """Rnix's stderr line (em dash; ``RNIXFS_ASCII=1`` gives ``-``)."""
     from .parse import goquote
 
-    dash = "-" if os.environ.get("RNIX_ASCII") == "1" else "\u2014"
+    dash = "-" if os.environ.get("RNIXFS_ASCII") == "1" else "\u2014"
     return (f"[skill] warning: untrusted project {goquote(w.project_dir)}: "
             f"{len(w.skills_root_paths)} skill root(s) will load {dash} {w.reason}. "
             f"Policy: {w.policy}. {w.recommendation}")

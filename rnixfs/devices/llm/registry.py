@@ -13,7 +13,7 @@ import trio
 
 from rnixfs.config import ProviderConfig, ProvidersConfig
 from rnixfs.devices.llm.base import Provider, Usage
-from rnixfs.devices.llm.guard import GuardedProvider
+from rnixfs.devices.llm.reply_guard import GuardedProvider
 from rnixfs.devices.llm.redact import Redactor
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def build_provider(cfg: ProviderConfig, log_dir: Path) -> Provider:
         from rnixfs.devices.llm.local import LocalProvider
         return LocalProvider(cfg, log_dir)
     if cfg.type in ("claude-cli", "cursor-cli"):
-        from rnixfs.devices.llm.cli import CLIProvider
+        from rnixfs.devices.llm.cli_driver import CLIProvider
         return CLIProvider(cfg)
     raise ValueError(f"provider {cfg.name!r}: unsupported type {cfg.type!r}")
 

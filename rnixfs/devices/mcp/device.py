@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 
 from ...kernel.errors import Code, SyscallError
-from .config import ServerConfig, load_servers
+from .mcp_config import ServerConfig, load_servers
 from .server import McpServer
 
 log = logging.getLogger(__name__)

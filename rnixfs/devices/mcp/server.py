@@ -25,7 +25,7 @@ import trio
 
 from ...kernel.errors import Code, SyscallError
 from ..llm.redact import Redactor
-from .config import ServerConfig
+from .mcp_config import ServerConfig
 
 log = logging.getLogger(__name__)
 

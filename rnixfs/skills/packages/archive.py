@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .errors import UnsafeArchive
+from .package_errors import UnsafeArchive
 
 
 @dataclass(frozen=True)

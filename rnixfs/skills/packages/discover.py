@@ -84,7 +84,7 @@ def discover(tree: Path) -> list[Found]:
 
 def find_in_tree(tree: Path, path: str | None, source: str) -> list[Found]:
     """Skills at ``path`` inside the tree (or, if no such directory, named ``path``)."""
-    from .errors import NotFound, UsageError
+    from .package_errors import NotFound, UsageError
 
     if not path:
         found = discover(tree)

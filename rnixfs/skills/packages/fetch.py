@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .errors import NetworkError, NotFound, UsageError
+from .package_errors import NetworkError, NotFound, UsageError
 
 log = logging.getLogger(__name__)
 

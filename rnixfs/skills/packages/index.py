@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
 from ..parse import check_name
-from .errors import NotFound, VerificationFailed
+from .package_errors import NotFound, VerificationFailed
 from .fetch import Fetcher
 from .verify import is_digest
 

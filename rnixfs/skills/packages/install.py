@@ -25,7 +25,7 @@ from ..model import is_within
 from ..parse import validate_strict
 from ..resolve import AGENTS, NATIVE, PROJECT, USER, ScopePath, home_dir, path_status
 from .audit import audit, now_iso
-from .errors import AlreadyInstalled, ConfirmationRequired, NotFound, PackageError, UsageError, VerificationFailed
+from .package_errors import AlreadyInstalled, ConfirmationRequired, NotFound, PackageError, UsageError, VerificationFailed
 from .registry_file import read_record, write_record
 from .sources import Context, Fetched, RegistrySource, parse_ref, source_from_origin
 from .verify import skill_digest, tree_digests

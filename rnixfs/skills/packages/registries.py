@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import UsageError
+from .package_errors import UsageError
 
 REGISTRIES_FILE = "registries.yaml"
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

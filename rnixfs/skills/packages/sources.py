@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ..parse import check_name
 from .archive import DEFAULT_LIMITS, Limits, archive_kind, extract
 from .discover import find_in_tree
-from .errors import NetworkError, NotFound, SeveralSkills, UnsafeArchive, UsageError, VerificationFailed
+from .package_errors import NetworkError, NotFound, SeveralSkills, UnsafeArchive, UsageError, VerificationFailed
 from .fetch import Fetcher, check_url
 from .index import Index, IndexEntry, load_index
 from .registries import Registries

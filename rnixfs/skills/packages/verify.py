@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import VerificationFailed
+from .package_errors import VerificationFailed
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # Files that belong to the installation, not to the skill's content.
