@@ -5,6 +5,7 @@ closed and the store flushed when the mount goes away.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from .devices.mcp.device import McpDevices
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
+from .kernel.runner import InlineRunner
 from .kernel.tools import Tools
 from .statelock import StateLock
 from .store import Store, run_all
@@ -114,20 +116,19 @@ class Daemon:
         log_filter = install_log_filter(self.providers.redactor)  # no key in daemon.log
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
-        self.kernel = Kernel(
-            store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
-            planner=catalog.plan, limits=limits,
-        )
         store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.kernel.run)
                 workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
                 mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
-                self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
-                                          env=child_env, skills=catalog.skills, open_root=confined_dir,
-                                          mcp=mcp)
+                tools = functools.partial(Tools, workspace, shell, mount=str(cfg.mountpoint), env=child_env,
+                                          skills=catalog.skills, open_root=confined_dir, mcp=mcp)
+                self.kernel = Kernel(
+                    store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
+                    planner=catalog.plan, limits=limits, runner=InlineRunner(tools),
+                )
+                await nursery.start(self.kernel.run)
                 shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
 
                 def shell_session():

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from .config import ConfigError
+from .durations import DurationError, parse_duration
 
 LIMITS_FILE = "limits.yaml"
 MAX_LIMITS_BYTES = 64 << 10
@@ -55,8 +56,6 @@ _DURATIONS = ("max_time", "step_timeout")
 
 def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
     """Limits from limits.yaml text (missing keys keep their default)."""
-    from .agents.manifest import AgentError, parse_duration
-
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:
@@ -73,7 +72,7 @@ def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
         if key in _DURATIONS:
             try:
                 seconds = parse_duration(0 if value is None else value, key)
-            except AgentError as exc:
+            except DurationError as exc:
                 raise LimitsError(f"{label}: {exc}") from None
             values[key] = seconds or None
             continue

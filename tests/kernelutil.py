@@ -10,6 +10,7 @@ import trio
 from rnixfs.config import parse_providers
 from rnixfs.devices.llm.registry import ProviderRegistry
 from rnixfs.kernel.kernel import Kernel
+from rnixfs.kernel.runner import InlineRunner
 from rnixfs.store import Store
 
 
@@ -19,9 +20,11 @@ def registry(providers_yaml: str, log_dir: Path) -> ProviderRegistry:
 
 
 def run_with_kernel(tmp_path: Path, providers_factory, body: Callable[..., Awaitable], *,
-                    daemon_id: str = "t", with_nursery: bool = False, setup=None, **kernel_kw):
+                    daemon_id: str = "t", with_nursery: bool = False, setup=None, tools=None,
+                    **kernel_kw):
     """Start store + kernel, run ``body(kernel)`` (or ``body(kernel, nursery)``),
-    then shut everything down; returns what ``body`` returned."""
+    then shut everything down; returns what ``body`` returned. ``tools`` makes
+    the processes' tools (``InlineRunner``): ``functools.partial(Tools, ws, shell, …)``."""
     out = {}
 
     async def main():
@@ -31,6 +34,7 @@ def run_with_kernel(tmp_path: Path, providers_factory, body: Callable[..., Await
         store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
         store.start()
         providers = providers_factory()
+        kernel_kw.setdefault("runner", InlineRunner(tools))
         kernel = Kernel(store, providers, daemon_id=daemon_id, project=tmp_path, **kernel_kw)
         if setup is not None:
             setup(kernel)
