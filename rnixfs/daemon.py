@@ -31,6 +31,8 @@ from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.kernel import Kernel
 from .kernel.runner import InlineRunner
+from .worker.pool import WorkerPool
+from .worker.protocol import Configure
 from .kernel.tools import Tools
 from .statelock import StateLock
 from .store import Store, run_all
@@ -61,6 +63,7 @@ class Daemon:
         self.providers: ProviderRegistry | None = None
         self.sandbox: sandbox.Sandbox | None = None
         self.mcp: McpDevices | None = None
+        self.runner = None
 
     def info(self) -> dict:
         """Facts for ``rnixfs status`` and the root's xattr; no secret in them."""
@@ -78,6 +81,7 @@ class Daemon:
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
             "limits": self.kernel.limits.to_json() if self.kernel else {},
+            "workers": self.runner.describe() if self.runner else {},
             "mcp": {"servers": self.mcp.names(), "errors": self.mcp.errors} if self.mcp else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
             "sandbox": self.sandbox.describe() if self.sandbox else None,
@@ -122,11 +126,10 @@ class Daemon:
                 workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
                 child_env = providers_cfg.child_env()  # no provider keys for agents' commands
                 mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
-                tools = functools.partial(Tools, workspace, shell, mount=str(cfg.mountpoint), env=child_env,
-                                          skills=catalog.skills, open_root=confined_dir, mcp=mcp)
+                runner = self.runner = await self._runner(nursery, limits, workspace, child_env, mcp, catalog)
                 self.kernel = Kernel(
                     store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
-                    planner=catalog.plan, limits=limits, runner=InlineRunner(tools),
+                    planner=catalog.plan, limits=limits, runner=runner,
                 )
                 await nursery.start(self.kernel.run)
                 shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
@@ -153,6 +156,8 @@ class Daemon:
                     with trio.CancelScope(shield=True):
                         log.info("shutting down")
                         await self.kernel.shutdown()
+                        if isinstance(runner, WorkerPool):
+                            await runner.aclose()  # workers ended and reaped: no orphan
                         await mcp.aclose()
                         await self.providers.aclose()
                     fuse_mount.close(unmount=not unmounted)
@@ -162,6 +167,25 @@ class Daemon:
             await trio.to_thread.run_sync(store.stop)
         log.info("stopped")
         remove_log_filter(log_filter)
+
+
+    async def _runner(self, nursery, limits, workspace, child_env, mcp, catalog):
+        """Agent loops run in worker processes (``workers:`` in limits.yaml,
+        one per core by default); ``workers: 0`` runs them on this loop."""
+        count = limits.worker_count()
+        if not count:
+            return InlineRunner(functools.partial(
+                Tools, workspace, shell, mount=str(self.cfg.mountpoint), env=child_env,
+                skills=catalog.skills, open_root=confined_dir, mcp=mcp))
+        cfg, root = self.cfg, logging.getLogger()
+        log_path = next((h.baseFilename for h in root.handlers if isinstance(h, logging.FileHandler)), "")
+        pool = WorkerPool(count, Configure(
+            project=str(cfg.project), mount=str(cfg.mountpoint), config_dir=str(cfg.config_dir),
+            state_dir=str(cfg.state_dir), env=child_env, limits=limits.to_json(),
+            hidden=list(_inside(cfg.mountpoint, cfg.project))),
+            mcp=mcp, log_path=log_path, log_level=logging.getLevelName(root.level))
+        await nursery.start(pool.run_service)
+        return pool
 
 
 def _inside(mountpoint: Path, project: Path) -> tuple[str, ...]:

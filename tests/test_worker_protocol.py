@@ -25,6 +25,7 @@ SAMPLES = [
     protocol.Start(pid=5, spec={"intent": "hi"}),
     protocol.Signal(pid=5, command="kill"),
     protocol.Steer(pid=5, text="also this ✓"),
+    protocol.Ready(providers=["local", "scripted"]),
     protocol.Trace(pid=5, syscall="Read", args="FD(3)", result="12 bytes", t=1.5, dur_ms=3.0),
     protocol.Status(pid=5, fields={"steps": 2}, checkpoint=True),
     protocol.AccountQuery(pid=5, req=9),

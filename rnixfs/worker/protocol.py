@@ -110,6 +110,13 @@ class Steer(Message):
 
 # -- worker -> kernel -----------------------------------------------------------------------
 @_message
+class Ready(Message):
+    """Configured (providers, sandbox, workspace): starts are served now."""
+    kind = "ready"
+    providers: list
+
+
+@_message
 class Trace(Message):
     """One syscall line; the kernel's Tracer numbers and commits it."""
     kind = "trace"

@@ -54,6 +54,8 @@ def account_from_wire(chain: list[dict]) -> Account:
 
 def to_spec(proc: Process) -> dict:
     spec = {name: getattr(proc, name) for name in SPEC_FIELDS}
+    # inline MCP servers: a reference the kernel resolves with its own record
+    spec["mcp_inline"] = {name: {"pid": proc.pid} for name in proc.mcp_inline}
     spec["budget"] = dataclasses.asdict(proc.budget)
     spec["elapsed"] = time.monotonic() - proc.t0
     spec["account"] = account_to_wire(proc.account)
