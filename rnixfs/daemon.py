@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
 from .devices import sandbox, shell
-from .limits import Limits, load_limits
+from .limits import SHELL_OUTPUT_BYTES, SHELL_TIMEOUT, Limits, load_limits
 from .devices.fs import Workspace
 from .fileio import confined_dir
 from .devices.llm.redact import install_log_filter, remove_log_filter
@@ -37,8 +38,6 @@ from .store import Store, run_all
 
 log = logging.getLogger(__name__)
 
-SHELL_TIMEOUT = 600.0  # seconds a dev/shell command may run
-SHELL_OUTPUT = 1024 * 1024  # bytes of its output kept (head and tail)
 
 
 @dataclass
@@ -181,7 +180,7 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
 
         def shell_session():
             return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,
-                                      timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT)
+                                      timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT_BYTES)
 
         ops = Operations(kernel, daemon.providers, nursery, daemon_info=daemon.info,
                          max_blocking=fuse_mount.MAX_BLOCKING,
@@ -227,11 +226,15 @@ async def _on_signals(signalled: list[int], ops: Operations) -> None:
 
 def setup_logging(path: Path | None, level: str = "INFO") -> None:
     handler: logging.Handler
+    # hostile names reach messages as surrogate escapes: write them escaped,
+    # never fail the record ("--- Logging error ---" would lose it)
     if path is None:
+        if hasattr(sys.stderr, "reconfigure"):
+            sys.stderr.reconfigure(errors="backslashreplace")
         handler = logging.StreamHandler()
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path)
+        handler = logging.FileHandler(path, errors="backslashreplace")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
