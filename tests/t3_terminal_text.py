@@ -106,6 +106,7 @@ def test_ps_show_status_escape_untrusted_text(mount_factory, scripted_server):
 
 @needs_fuse
 @pytest.mark.mount
+@pytest.mark.expect_log('skipped skill', 'untrusted project', 'name mismatch')
 def test_skill_referenced_by_frontmatter_name_and_xattrs_show_both(mnt):
     d = mnt.p("skills/dir-a")
     assert sh(f'mkdir "{d}" && printf -- "---\\nname: alpha\\ndescription: A.\\n---\\nAlpha body.\\n"'
