@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import durations
+from .. import limits
 from ..fileio import NotRegularFile, ScopeEscape, read_in_scope
 
 AGENT_FILE = "agent.yaml"
@@ -119,10 +119,11 @@ class AgentManifest:
 
 
 def parse_duration(value, what: str = "step_timeout") -> float:
-    """Seconds from ``"10m"``/``"30s"``/``"1h"``/``"500ms"``/a number; ``"0"`` = off."""
+    """Seconds from ``"10m"``/``"30s"``/``"1h"``/``"500ms"``/a number; ``"0"`` = off
+    (``rnixfs.limits.parse_duration``, raising AgentError)."""
     try:
-        return durations.parse_duration(value, what)
-    except durations.DurationError as exc:
+        return limits.parse_duration(value, what)
+    except limits.DurationError as exc:
         raise AgentError(str(exc)) from None
 
 

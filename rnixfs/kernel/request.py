@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from ..durations import DurationError
-from ..durations import parse_duration as any_duration
+from .. import limits
 from .errors import Code, SyscallError
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -87,8 +86,8 @@ def parse_duration(value, what: str) -> float:
     """Seconds from a number or "10m"/"30s"/"1h"/"500ms"; "0" means off
     (the same rule as agent.yaml's step_timeout)."""
     try:
-        return any_duration(value, what)
-    except DurationError as exc:
+        return limits.parse_duration(value, what)
+    except limits.DurationError as exc:
         raise invalid(str(exc)) from None
 
 

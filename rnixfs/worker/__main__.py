@@ -22,7 +22,7 @@ from ..devices.llm.registry import ProviderRegistry
 from ..fileio import confined_dir
 from ..kernel.tools import Tools
 from . import protocol
-from .channel import Channel
+from .channel import Channel, PeerGone
 from .host import WorkerHost
 from .protocol import ProtocolError
 
@@ -64,8 +64,14 @@ async def serve(fd: int, daemon: int) -> int:
             with trio.fail_after(60):
                 await channel.handshake("worker", "kernel", pid=os.getpid())
                 cfg = await channel.receive()
+            if cfg is None:
+                log.info("the kernel closed the connection before configuring us (umount)")
+                return 0
             if not isinstance(cfg, protocol.Configure):
                 raise ProtocolError(f"expected configure, got {getattr(cfg, 'kind', 'EOF')}")
+        except PeerGone:
+            log.info("the kernel closed the connection before its hello (umount)")
+            return 0
         except (ProtocolError, trio.TooSlowError) as exc:
             log.error("kernel handshake failed: %s", exc)
             await channel.aclose()

@@ -115,7 +115,7 @@ class Channel:
         self.send(Hello(version=protocol.VERSION, role=role, pid=pid))
         msg = await self.receive()
         if msg is None:
-            raise ProtocolError(f"{self.name} closed before its hello")
+            raise PeerGone(f"{self.name} closed before its hello")
         if isinstance(msg, Refuse):
             raise ProtocolError(f"{self.name} refused us: {msg.reason}")
         try:

@@ -118,6 +118,9 @@ class WorkerPool:
             try:
                 await self._one_worker(index)
             except Exception as exc:  # whatever a worker did, the daemon stays up
+                if self._closing:
+                    log.info("worker %d ended at umount: %s", index, _reason(exc))
+                    return
                 log.error("worker %d failed: %s", index, _reason(exc))
             if self._closing:
                 return

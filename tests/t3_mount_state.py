@@ -92,6 +92,7 @@ def _db(m) -> sqlite3.Connection:
     return sqlite3.connect(m.state_dir / "rnixfs.db", timeout=30, isolation_level=None)
 
 
+@pytest.mark.expect_log('status is damaged')
 def test_damaged_rows_are_skipped_and_reported(mount_factory, scripted_server):
     yaml = scripted_providers(scripted_server.url)
     m = mount_factory(yaml)
@@ -130,6 +131,7 @@ def test_damaged_rows_are_skipped_and_reported(mount_factory, scripted_server):
 
 
 @pytest.mark.parametrize("counter", ["abc", "-5", "0", "1e400", "9" * 40, ""])
+@pytest.mark.expect_log('\\[READ_ONLY\\]', 'degraded to read-only', 'out of range', 'refused', 'skipped skill', 'store commit failed', 'untrusted project')
 def test_a_bad_pid_counter_does_not_break_spawn(mount_factory, scripted_server, counter):
     yaml = scripted_providers(scripted_server.url)
     m = mount_factory(yaml)

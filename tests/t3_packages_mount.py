@@ -21,6 +21,7 @@ def _read(p) -> bytes | None:
         return None
 
 
+@pytest.mark.expect_log('untrusted project')
 def test_installed_skills_live_in_the_mount(tmp_path, pkg_registry, mount_factory):
     m = mount_factory(None)
     sb = Sandbox(tmp_path / "sb", pkg_registry)

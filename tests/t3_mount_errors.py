@@ -304,6 +304,7 @@ def test_multi_line_json_through_echo(mnt):
     assert st["intent"] == "multi line" and st["budget"]["max_steps"] == 2
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.llm\\.conversation', 'stamina.retry_scheduled')
 def test_unfinished_json_fails_at_close_and_reads_back(mnt):
     before = ls_proc(mnt)
     out = probe(mnt.p("proc/new"), "rw", b'{"intent": "never closed",', None)

@@ -96,6 +96,7 @@ def test_agent_commands_run_under_a_worker_not_the_daemon(tmp_path, mount_factor
     assert "-1 [INTERRUPTED]" in trace, trace
 
 
+@pytest.mark.expect_log(r"rnixfs.worker.pool: worker pid \d+ lost \(it died of signal 9\): 1 processes end")
 def test_a_worker_killed_with_sigkill_ends_only_its_processes(tmp_path, mount_factory, scripted_server):
     m = mount_with(tmp_path, mount_factory, scripted_server, "workers: 1\n")
     [worker] = wait_for(lambda: workers_of(m), 60, what="the worker")
@@ -126,6 +127,7 @@ def test_a_worker_killed_with_sigkill_ends_only_its_processes(tmp_path, mount_fa
     assert new in workers_of(m)
 
 
+@pytest.mark.expect_log(r"rnixfs.worker\[worker \d+\]: the daemon \(pid \d+\) is gone")
 def test_workers_die_with_the_daemon_and_are_reaped_on_umount(tmp_path, mount_factory, scripted_server):
     m = mount_with(tmp_path, mount_factory, scripted_server, "workers: 2\n")
     workers = wait_for(lambda: len(workers_of(m)) == 2 and workers_of(m), 60, what="two workers")
