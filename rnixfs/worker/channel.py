@@ -30,6 +30,8 @@ class Channel:
         self._out_send, self._out_recv = trio.open_memory_channel(math.inf)
         self._reqs = itertools.count(1)
         self._waiting: dict[int, trio.MemorySendChannel] = {}
+        self._queued = self._sent = 0
+        self._progress = trio.Event()
         self.closed = trio.Event()
 
     # -- sending ------------------------------------------------------------------------
@@ -39,6 +41,7 @@ class Channel:
         frame = protocol.encode(msg)
         try:
             self._out_send.send_nowait(frame)
+            self._queued += 1
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the connection is gone; the reader reports it
 
@@ -47,6 +50,9 @@ class Channel:
         try:
             async for frame in self._out_recv:
                 await self.stream.send_all(frame)
+                self._sent += 1
+                self._progress.set()
+                self._progress = trio.Event()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("%s: send failed: %s", self.name, exc)
         finally:
@@ -96,6 +102,13 @@ class Channel:
                 continue
             return msg
 
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) until everything queued so far is sent."""
+        want = self._queued
+        with trio.move_on_after(timeout):
+            while self._sent < want and not self.closed.is_set():
+                await self._progress.wait()
+
     def _gone(self) -> None:
         for waiter in self._waiting.values():
             waiter.close()
@@ -122,4 +135,5 @@ class Channel:
             return protocol.check_hello(msg, peer_role)
         except ProtocolError as exc:
             self.send(Refuse(reason=str(exc)))
+            await self.flush()  # the peer learns why before we close
             raise

@@ -36,6 +36,7 @@ KILL_WAIT = 15.0      # seconds a killed loop has to report its exit before it c
 START_TIMEOUT = 60.0  # seconds a new worker has to say hello
 STOP_GRACE = 5.0      # seconds a worker has to leave after its socket closes
 RESTART_PAUSE = 1.0   # between replacements of a worker that keeps dying at start
+START_FAILURES = 3    # workers in a row that never became ready: spawns fail instead of waiting
 
 
 @dataclass(eq=False)
@@ -66,7 +67,7 @@ class WorkerPool:
     """A kernel Runner over ``size`` worker processes."""
 
     def __init__(self, size: int, configure: protocol.Configure, *, mcp=None, log_path: str = "",
-                 log_level: str = "INFO"):
+                 log_level: str = "INFO", command: list[str] | None = None):
         if size < 1:
             raise ValueError("a worker pool has at least one worker (workers: 0 runs loops inline)")
         self.size = size
@@ -74,6 +75,10 @@ class WorkerPool:
         self.mcp = mcp
         self.log_path = log_path
         self.log_level = log_level
+        # the worker program; it gets --fd N --log PATH --log-level LEVEL
+        self.command = command or [sys.executable, "-m", "rnixfs.worker"]
+        self.start_failures = 0  # in a row; a ready worker resets it
+        self.last_failure = ""
         self.workers: list[Worker] = []
         self.kernel = None
         self._nursery: trio.Nursery | None = None
@@ -122,6 +127,9 @@ class WorkerPool:
                     log.info("worker %d ended at umount: %s", index, _reason(exc))
                     return
                 log.error("worker %d failed: %s", index, _reason(exc))
+                self.start_failures += 1
+                self.last_failure = _reason(exc)
+                self._wake()
             if self._closing:
                 return
             self.lost += 1
@@ -131,8 +139,8 @@ class WorkerPool:
     async def _one_worker(self, index: int) -> None:
         ours, theirs = socket.socketpair()
         with ours, theirs:
-            cmd = [sys.executable, "-m", "rnixfs.worker", "--fd", str(theirs.fileno()),
-                   "--log", self.log_path, "--log-level", self.log_level]
+            cmd = [*self.command, "--fd", str(theirs.fileno()), "--log", self.log_path,
+                   "--log-level", self.log_level]
             process = await trio.lowlevel.open_process(
                 cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=False)
             theirs.close()
@@ -150,6 +158,7 @@ class WorkerPool:
                 if not isinstance(ready, protocol.Ready):
                     raise ProtocolError(f"expected ready, got {getattr(ready, 'kind', 'EOF')}")
                 w.ready = True
+                self.start_failures = 0
                 self._wake()
                 log.info("worker %d started (pid %d)", index, process.pid)
                 try:
@@ -173,10 +182,11 @@ class WorkerPool:
             self._lose(w, reason)
 
     def _lose(self, w: Worker, reason: str) -> None:
+        was_ready = w.ready
         w.gone, w.ready = True, False
         if w in self.workers:
             self.workers.remove(w)
-        if not self._closing:
+        if was_ready and not self._closing:  # one that never started: _keep_worker says why
             log.error("worker pid %d lost (%s): %d processes end with exit %d", w.pid, reason,
                       len(w.runs), EXIT_WORKER_LOST)
         for scope in w.requests.values():
@@ -246,6 +256,10 @@ class WorkerPool:
                 return min(ready, key=lambda w: len(w.runs))
             if self._closing:
                 raise SyscallError(Code.INTERNAL, "the daemon is shutting down", syscall="Spawn")
+            if self.start_failures >= START_FAILURES:
+                raise SyscallError(Code.INTERNAL, f"no worker process could start ({self.start_failures} "
+                                   f"failed in a row; last: {self.last_failure}); see the daemon log",
+                                   syscall="Spawn")
             await self._changed.wait()
 
     # -- the workers' requests -----------------------------------------------------------------
