@@ -182,3 +182,17 @@ def test_idle_workers_stay(tmp_path, mount_factory, scripted_server):
     assert daemon_info(m)["workers"]["lost"] == 0
     scripted_server.enqueue({"match": "STILL-HERE", "content": "yes"})
     assert m.wait(m.spawn("STILL-HERE")).startswith("exited(0)")
+
+
+def test_max_time_ends_a_loop_in_a_worker_with_exit_14(tmp_path, mount_factory, scripted_server):
+    m = mount_with(tmp_path, mount_factory, scripted_server, "workers: 1\n")
+    scripted_server.enqueue({"match": "OUT-OF-TIME", "content": "late", "delay": 600})
+    pid = m.spawn(json.dumps({"intent": "OUT-OF-TIME", "max_time": "2s"}))
+    line = m.wait(pid, timeout=120)
+    assert line.startswith("exited(14) "), line
+    st = m.status(pid)
+    assert "max_time exceeded" in st["error"]["cause"]
+    trace = open(m.p(f"proc/{pid}/trace")).read()
+    # the worker's last lines (the cut model request, the close) come before the exit
+    assert trace.index("Read(FD(3)) = -1 [INTERRUPTED]") < trace.index("Exit(14)"), trace
+    assert st["fds"] == {}

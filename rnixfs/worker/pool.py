@@ -214,19 +214,24 @@ class WorkerPool:
             w.channel.send(protocol.Signal(pid=proc.pid, command="kill"))
             with trio.CancelScope(shield=True), trio.move_on_after(KILL_WAIT):
                 await run.done.wait()
-            self._finish(run)
-            raise
+            self._settle(run)
+            raise  # the kernel decides the code: killed, or max_time
         return self._finish(run)
 
-    def _finish(self, run: RemoteRun) -> int:
+    def _settle(self, run: RemoteRun) -> None:
+        """The record takes the loop's last fields and result."""
         run.worker.runs.pop(run.proc.pid, None)
+        if run.exit is not None:
+            spec.apply_fields(run.proc, run.exit.fields)
+            run.proc.result = run.exit.result
+
+    def _finish(self, run: RemoteRun) -> int:
+        self._settle(run)
         if run.exit is None:
             raise ProcessExit(EXIT_WORKER_LOST, SyscallError(
                 Code.INTERNAL, run.lost or "the worker did not report the exit", syscall="Exit",
                 pid=run.proc.pid))
         msg = run.exit
-        spec.apply_fields(run.proc, msg.fields)
-        run.proc.result = msg.result
         err = error_from_dict(msg.error)
         if msg.code == EXIT_OK and err is None:
             return EXIT_OK
