@@ -74,8 +74,12 @@ def ancestors(p: psutil.Process) -> list[int]:
 def test_agent_commands_run_under_a_worker_not_the_daemon(tmp_path, mount_factory, scripted_server):
     m = mount_with(tmp_path, mount_factory, scripted_server, "workers: 2\n")
     workers = wait_for(lambda: len(workers_of(m)) == 2 and workers_of(m), 60, what="two workers")
+    wait_for(lambda: daemon_info(m)["workers"]["ready"] == 2, 60, what="two ready workers")
     info = daemon_info(m)["workers"]
     assert sorted(info["pids"]) == workers and info["workers"] == 2
+    from tests.mountutil import rnixfs
+    shown = rnixfs("status", str(m.path)).stdout
+    assert f"workers:   2 of 2 ready (pids {' '.join(map(str, info['pids']))})" in shown, shown
 
     tag = f"rnixfs-w-{uuid.uuid4().hex[:8]}"
     mark = "UNDER-A-WORKER"
@@ -144,6 +148,8 @@ def test_workers_die_with_the_daemon_and_are_reaped_on_umount(tmp_path, mount_fa
 def test_workers_0_runs_loops_in_the_daemon(tmp_path, mount_factory, scripted_server):
     m = mount_with(tmp_path, mount_factory, scripted_server, "workers: 0\n")
     assert daemon_info(m)["workers"] == {"workers": 0}
+    from tests.mountutil import rnixfs
+    assert "workers:   none, agent loops run in the daemon" in rnixfs("status", str(m.path)).stdout
     tag = f"rnixfs-w0-{uuid.uuid4().hex[:8]}"
     scripted_server.enqueue({"match": "INLINE", "tool_calls": [
         call("Bash", {"command": f"RNIXFS_TAG={tag} sleep 600", "timeout": 900}, "b")]})
