@@ -206,3 +206,10 @@ def test_a_process_travels_to_its_worker_and_its_changes_come_back():
     assert diff.changed() == {}
     spec.apply_fields(proc, {"bogus": 1, "fds": {"x": "y"}})  # ignored, no crash
     assert not hasattr(proc, "bogus") and proc.fds == {}
+    # ill-typed values never reach the record the mount renders
+    spec.apply_fields(proc, {"steps": "9", "cost": float("nan"), "tokens_in": -5, "fell_back": 1,
+                             "allowed_tools": ["Read", 3], "result": 7, "tool_results": [True, 2]})
+    assert (proc.steps, proc.cost, proc.tokens_in, proc.fell_back, proc.allowed_tools, proc.result) == \
+        (1, 0.0, 0, False, ["Read"], None)
+    assert proc.tool_results == {2}
+    json.dumps(proc.status())

@@ -50,8 +50,13 @@ FAKE = textwrap.dedent('''
         if msg["kind"] == "start" and MODE == "garbage":
             data = b"this is not json"
             s.sendall(struct.pack(">I", len(data)) + data)
-    with open(sys.argv[2], "w") as f:
+    tmp = sys.argv[2] + f".{os.getpid()}"
+    with open(tmp, "w") as f:
         json.dump(got, f)
+    try:
+        os.link(tmp, sys.argv[2])  # atomic, and only the first fake's story counts
+    except FileExistsError:
+        pass
 ''')
 
 

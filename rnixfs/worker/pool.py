@@ -304,6 +304,8 @@ class WorkerPool:
             elif isinstance(msg, protocol.AccountQuery):
                 w.channel.answer(msg.req, spec.account_to_wire(proc.account))
             elif isinstance(msg, protocol.Charge):
+                if msg.tokens < 0 or not 0 <= msg.cost < float("inf"):
+                    raise ProtocolError(f"charge of {msg.tokens} tokens, ${msg.cost}: a spend is never negative")
                 w.channel.answer(msg.req, spec.account_to_wire(self.kernel.charge(proc, msg.tokens, msg.cost)))
             elif isinstance(msg, (protocol.Spawn, protocol.IsChild, protocol.Wait, protocol.HostStarted)):
                 self._start_answer(w, nursery, proc, msg)

@@ -108,17 +108,40 @@ class StatusDiff:
         return out
 
 
+_COUNT, _TEXT, _NAMES = (int,), (str, type(None)), (list,)
+# the type each reported field must have on the record (a count is never negative)
+_TYPES = {
+    "steps": _COUNT, "tokens_in": _COUNT, "tokens_out": _COUNT, "cost": (int, float),
+    "plan": _TEXT, "result": _TEXT, "active_provider": _TEXT, "active_model": _TEXT,
+    "spare_model": _TEXT, "spare_provider": _TEXT, "fell_back": (bool,), "allowed_tools": _NAMES,
+    "skills": _NAMES, "pending_input": _NAMES, "pinned": _COUNT, "slots_dropped": _COUNT,
+}
+
+
+def _ok(name: str, value) -> bool:
+    kinds = _TYPES[name]
+    if isinstance(value, bool) and bool not in kinds:
+        return False
+    if not isinstance(value, kinds):
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value >= 0 and value == value and value != float("inf")
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    return True
+
+
 def apply_fields(proc: Process, fields: dict) -> None:
     """Apply a worker's changed fields to the kernel's record; unknown or
-    ill-typed ones are ignored (the record stays consistent)."""
+    ill-typed ones are ignored, so what the mount renders stays well-formed."""
     for name, value in fields.items():
         if name == "fds" and isinstance(value, dict):
             proc.fds = {int(k): str(v) for k, v in value.items() if str(k).isdigit()}
         elif name == "tool_results" and isinstance(value, list):
-            proc.tool_results = {int(i) for i in value if isinstance(i, int)}
+            proc.tool_results = {i for i in value if isinstance(i, int) and not isinstance(i, bool)}
         elif name == "messages" and isinstance(value, list):
             at = fields.get("messages_at")
             if isinstance(at, int) and 0 <= at <= len(proc.messages):
-                proc.messages[at:] = value
-        elif name in STATUS_FIELDS and name not in ("fds", "tool_results"):
+                proc.messages[at:] = [m for m in value if isinstance(m, dict)]
+        elif name in _TYPES and _ok(name, value):
             setattr(proc, name, value)
