@@ -238,9 +238,19 @@ def setup_logging(path: Path | None, level: str = "INFO") -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    logging.getLogger("pyfuse3").addFilter(_caller_gone_is_info)
     root.setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def _caller_gone_is_info(record: logging.LogRecord) -> bool:
+    """pyfuse3 logs ERROR when the kernel no longer wants a reply (the caller
+    was interrupted, e.g. Ctrl-C on a blocked read): normal, so INFO."""
+    if record.levelno >= logging.ERROR and "fuse_reply_" in str(record.msg) \
+            and "No such file or directory" in record.getMessage():
+        record.levelno, record.levelname = logging.INFO, "INFO"
+    return True
 
 
 def dump_info(info: dict) -> str:
