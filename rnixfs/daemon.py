@@ -28,6 +28,7 @@ from .devices.llm.registry import ProviderRegistry
 from .devices.mcp.device import McpDevices
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
+from .kernel.procfs import ProcFiles
 from .kernel.kernel import Kernel
 from .kernel.tools import Tools
 from .statelock import StateLock
@@ -114,9 +115,10 @@ class Daemon:
         log_filter = install_log_filter(self.providers.redactor)  # no key in daemon.log
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
+        procfiles = ProcFiles()  # proc/ bytes, re-rendered on the kernel's on_change
         self.kernel = Kernel(
             store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
-            planner=catalog.plan, limits=limits,
+            planner=catalog.plan, limits=limits, on_change=procfiles.changed,
         )
         store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         try:
@@ -137,7 +139,8 @@ class Daemon:
                 ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
                                  max_blocking=fuse_mount.MAX_BLOCKING,
                                  trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
-                                 workspace=workspace, shell_session=shell_session, mcp=mcp)
+                                 workspace=workspace, shell_session=shell_session, mcp=mcp,
+                                 procfiles=procfiles)
                 fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
                 signalled: list[int] = []
                 unmounted = False
