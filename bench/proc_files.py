@@ -29,6 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (bench/run.py)
 
 
+def mount_variant(res, tmp: Path, name: str, entries: int, size: int, flag: str) -> Path:
+    """bench/minimal_variants.py: the minimal plus xattrs or flush."""
+    mnt = tmp / name
+    mnt.mkdir()
+    p = subprocess.Popen([sys.executable, str(bench.REPO / "bench" / "minimal_variants.py"), str(mnt), flag,
+                          "--entries", str(entries), "--size", str(size)],
+                         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    res.add_proc(p)
+    res.add_mount(mnt, None)
+    if not p.stdout.readline().startswith("ready"):
+        raise RuntimeError(f"{name} did not start")
+    return mnt
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, default=10_000)
@@ -58,10 +72,13 @@ def main(argv=None) -> int:
             size = len(Path(zombie_status).read_bytes())
             small = bench.mount_minimal(res, tmp, "minimal-small", 16, size)
             mfile = str(small / "file")
+            ffile = str(mount_variant(res, tmp, "minimal-flush", 16, size, "--flush") / "file")
             r, n = args.rounds, args.per_round
             bench.log("idle (zombie) status")
             out["idle_status"] = bench.compare("open+read+close", lambda: bench.orc(zombie_status),
                                                lambda: bench.orc(mfile), r, n)
+            out["idle_status_vs_flush"] = bench.compare("open+read+close", lambda: bench.orc(zombie_status),
+                                                        lambda: bench.orc(ffile), r, n)
             bench.log("live status")
             out["live_status"] = bench.compare("open+read+close", lambda: bench.orc(live_status),
                                                lambda: bench.orc(mfile), r, n)
@@ -71,6 +88,10 @@ def main(argv=None) -> int:
             proc_dir, mdir = str(mnt / "proc"), str(big / "dir")
             out["ls_l"] = bench.compare("ls -l", lambda: bench.timed_subprocess(["ls", "-l", proc_dir]),
                                         lambda: bench.timed_subprocess(["ls", "-l", mdir]), max(3, r // 2), 1)
+            xdir = str(mount_variant(res, tmp, "minimal-xattrs", entries, size, "--xattrs") / "dir")
+            out["ls_l_vs_xattrs"] = bench.compare(
+                "ls -l", lambda: bench.timed_subprocess(["ls", "-l", proc_dir]),
+                lambda: bench.timed_subprocess(["ls", "-l", xdir]), max(3, r // 2), 1)
             pdir = str(mnt / "proc" / str(pids[0]))
             out["getfattr"] = {"median_us": bench.summary(
                 [bench.timed_subprocess(["getfattr", "-d", pdir]) for _ in range(20)])["median_us"]}
@@ -82,7 +103,7 @@ def main(argv=None) -> int:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    for key in ("idle_status", "live_status", "ls_l"):
+    for key in ("idle_status", "idle_status_vs_flush", "live_status", "ls_l", "ls_l_vs_xattrs"):
         print(f"{key:12} ratio {out[key]['ratio']}  rnixfs {out[key]['rnixfs']['median_us']} us"
               f"  minimal {out[key]['minimal']['median_us']} us", file=sys.stderr)
     return 0
