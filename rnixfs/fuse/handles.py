@@ -63,6 +63,16 @@ class Handle:
         pass
 
 
+class DirHandle:
+    """An open directory: listings are read afresh at each readdir, from the
+    offset the kernel passes (a pid, a name's index)."""
+
+    __slots__ = ("inode",)
+
+    def __init__(self, inode: int):
+        self.inode = inode
+
+
 class BytesHandle(Handle):
     """Bytes taken at open: proc/<pid>/status, intent, result…, dev/mcp snapshots.
     ``cached``: the bytes never change, so the page cache may keep them."""
@@ -211,19 +221,17 @@ class RealFileHandle(Handle):
 
     direct_io = False
 
-    def __init__(self, fd: int, ino: int, *, shared: bool = False,
-                 after_write: Callable[[int], None] | None = None):
+    def __init__(self, fd: int, ino: int, files, *, shared: bool = False):
         self.fd, self.ino = fd, ino
+        self.files = files  # the fuse/realfiles.RealFiles it was opened in
         self.keep_cache = not shared
-        self.after_write = after_write
 
     async def read(self, off: int, size: int) -> bytes:
         return await trio.to_thread.run_sync(os.pread, self.fd, size, off)
 
     async def write(self, off: int, buf: bytes) -> int:
         n = await trio.to_thread.run_sync(os.pwrite, self.fd, buf, off)
-        if self.after_write is not None:
-            self.after_write(self.ino)
+        self.files.changed_after_write(self.ino)
         return n
 
     async def fsync(self, datasync: bool) -> None:

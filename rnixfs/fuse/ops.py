@@ -21,6 +21,7 @@ from typing import Callable
 import pyfuse3
 import trio
 
+from ..devices.fs import FsError
 from ..devices.llm.conversation import Conversation
 from ..devices.mcp.device import ToolCall, tool_for_file
 from ..kernel import request as spawn_request
@@ -29,11 +30,10 @@ from ..kernel.process import Process
 from ..kernel.spawnwriter import SpawnWriter
 from . import inodes
 from .errnos import guard_handlers
-from .handles import (BytesHandle, ContextHandle, ConversationHandle, CtlHandle, Handle, McpCtlHandle,
+from .handles import (BytesHandle, ContextHandle, ConversationHandle, CtlHandle, DirHandle, Handle, McpCtlHandle,
                       RealFileHandle, ShellHandle, SpawnHandle, StreamHandle, WaitHandle)
 from .mcptree import McpTree
-from .passthrough import Passthrough, Tree
-from .workspace import WS_BASE, WorkspaceFS
+from .realfiles import CatalogTree, PlainDir, RealFiles, Tree
 from .signals import Waits
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ PROC_FILE_MODE = 0o400
 PROC_WRITE_MODE = 0o600
 XATTR_DAEMON = b"user.rnixfs.daemon"
 TREE_INODES = {"skills": inodes.SKILLS, "agents": inodes.AGENTS}
+# inode numbers of real files: one range per tree (fuse/realfiles.py)
+REAL_BASE = {"skills": 1 << 44, "agents": (1 << 44) + (1 << 42), "dev/fs": 1 << 45}
 
 
 class Operations(pyfuse3.Operations):
@@ -72,8 +74,12 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.mcp = McpTree(mcp, self._attr) if mcp is not None else None
         self.trees = {name: tree for name, tree in (trees or {}).items() if name in TREE_INODES}
-        self.pt = Passthrough({TREE_INODES[n]: (n, t) for n, t in self.trees.items()}, self._attr)
-        self.wsfs = WorkspaceFS(workspace, self._attr) if workspace is not None else None
+        self.real = [RealFiles(TREE_INODES[n], REAL_BASE[n], CatalogTree(n, t), self._attr)
+                     for n, t in self.trees.items()]
+        self.wsfs = None
+        if workspace is not None:
+            self.wsfs = RealFiles(inodes.DEV_FS, REAL_BASE["dev/fs"], PlainDir(workspace), self._attr)
+            self.real.append(self.wsfs)
         self.shell_session = shell_session
         self.kernel = kernel
         self.providers = providers
@@ -82,6 +88,7 @@ class Operations(pyfuse3.Operations):
         self.llm_names = sorted(providers.names())[: inodes.LLM_MAX]
         self._fh = itertools.count(1)
         self.handles: dict[int, Handle] = {}
+        self.dirs: dict[int, DirHandle] = {}
         self.uid, self.gid = os.getuid(), os.getgid()
         self.waits = Waits(max_blocking, owner=self.uid)
         self.slots = self.waits.slots
@@ -115,20 +122,19 @@ class Operations(pyfuse3.Operations):
 
     def _real(self, inode: int):
         """The backend of a real-file inode (skills/, agents/, dev/fs), or None."""
-        if self.pt.owns(inode):
-            return self.pt
-        if self.wsfs is not None and self.wsfs.owns(inode):
-            return self.wsfs
+        for real in self.real:
+            if real.owns(inode):
+                return real
         return None
 
     def _unlinked_attr(self, inode: int) -> pyfuse3.EntryAttributes | None:
-        """fstat of a dev/fs file removed while still open (its name is gone,
+        """fstat of a real file removed while still open (its name is gone,
         its open descriptor is not: a temp file's usual life)."""
-        if self.wsfs is None or inode < WS_BASE:
+        if inode < min(REAL_BASE.values()):
             return None
         for h in self.handles.values():
             if isinstance(h, RealFileHandle) and h.ino == inode and h.fd >= 0:
-                return self.wsfs.from_fd(inode, h.fd)
+                return h.files.from_fd(inode, h.fd)
         return None
 
     def _proc(self, pid: int) -> Process:
@@ -211,7 +217,7 @@ class Operations(pyfuse3.Operations):
         if (real := self._real(inode)) is not None:
             try:
                 return real.getattr(inode)
-            except pyfuse3.FUSEError as exc:
+            except (pyfuse3.FUSEError, FsError) as exc:
                 if exc.errno != errno.ENOENT or (attr := self._unlinked_attr(inode)) is None:
                     raise
                 return attr
@@ -330,15 +336,16 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return device.encode()
 
-    async def opendir(self, inode, ctx):
+    async def _check_dir(self, inode: int) -> None:
+        """ENOTDIR (or ENOENT) unless ``inode`` is a directory."""
         if (real := self._real(inode)) is not None:
             if not stat.S_ISDIR(real.getattr(inode).st_mode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
-            return inode
+            return
         if self.mcp is not None and self.mcp.owns(inode):
             if not await self.mcp.is_dir(inode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
-            return inode
+            return
         kind, a, b = inodes.decode(inode)
         if kind == "pid":
             self._proc(a)
@@ -346,10 +353,18 @@ class Operations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
         elif inode != inodes.PROC and self._children(inode) is None:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        return inode
+
+    async def opendir(self, inode, ctx):
+        await self._check_dir(inode)
+        fh = next(self._fh)
+        self.dirs[fh] = DirHandle(inode)
+        return fh
 
     async def readdir(self, fh, start_id, token):
-        inode = fh
+        h = self.dirs.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        inode = h.inode
         if (real := self._real(inode)) is not None:
             return real.readdir(inode, start_id, token)
         if self.mcp is not None and self.mcp.owns(inode):
@@ -412,9 +427,8 @@ class Operations(pyfuse3.Operations):
         if (real := self._real(inode)) is not None:
             fd = real.open(inode, flags)
             # a hard-linked file may have changed through another name: no stale pages
-            shared = real is self.wsfs and os.fstat(fd).st_nlink > 1
-            after = self.pt.changed_after_write if real is self.pt else None
-            return self._new_handle(RealFileHandle(fd, inode, shared=shared, after_write=after).opened_by(ctx))
+            shared = real.policy.hard_links and os.fstat(fd).st_nlink > 1
+            return self._new_handle(RealFileHandle(fd, inode, real, shared=shared).opened_by(ctx))
         if self.mcp is not None and self.mcp.owns(inode):
             return await self._open_mcp(inode, flags, ctx)
         if inode == inodes.DEV_SHELL and self.shell_session is not None:
@@ -507,18 +521,17 @@ class Operations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EACCES)
 
     async def symlink(self, parent_inode, name, target, ctx):
-        if self.pt.owns(parent_inode):
-            return self.pt.symlink(parent_inode, name, target)
-        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.symlink(parent_inode, name, target, ctx)
+        return real.symlink(parent_inode, name, target, ctx)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        if self.wsfs is None or not self.wsfs.owns(new_parent_inode):
+        real = self._real(new_parent_inode)
+        if real is None or not real.policy.hard_links:
             raise pyfuse3.FUSEError(errno.EACCES)
-        if not self.wsfs.owns(inode):
+        if not real.owns(inode):
             raise pyfuse3.FUSEError(errno.EXDEV)
-        entry = self.wsfs.link(inode, new_parent_inode, new_name)
+        entry = real.link(inode, new_parent_inode, new_name)
         # the old name's cached attributes (nlink, and soon size) are now stale;
         # told after this reply, outside the request that holds the inode
         self.nursery.start_soon(self._invalidate_attr, inode)
@@ -531,24 +544,20 @@ class Operations(pyfuse3.Operations):
             pass
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.mknod(parent_inode, name, mode, ctx)
+        return real.mknod(parent_inode, name, mode, ctx)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        fd, attr = (real.create(parent_inode, name, mode, flags, ctx) if real is self.wsfs
-                    else real.create(parent_inode, name, mode, flags))
-        after = self.pt.changed_after_write if real is self.pt else None
-        return self._new_handle(RealFileHandle(fd, attr.st_ino, after_write=after).opened_by(ctx)), attr
+        fd, attr = real.create(parent_inode, name, mode, flags, ctx)
+        return self._new_handle(RealFileHandle(fd, attr.st_ino, real).opened_by(ctx)), attr
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        if real is self.wsfs:
-            return real.mkdir(parent_inode, name, mode, ctx)
-        return real.mkdir(parent_inode, name, mode)
+        return real.mkdir(parent_inode, name, mode, ctx)
 
     async def unlink(self, parent_inode, name, ctx):
         if (real := self._real(parent_inode)) is None:
@@ -579,7 +588,7 @@ class Operations(pyfuse3.Operations):
             await h.release()
 
     async def releasedir(self, fh):
-        pass
+        self.dirs.pop(fh, None)
 
     async def forget(self, inode_list):
         # proc/ and dev/ numbers are computed; real files' numbers are counted
@@ -593,8 +602,8 @@ class Operations(pyfuse3.Operations):
     async def getxattr(self, inode, name, ctx):
         if inode == inodes.ROOT and name == XATTR_DAEMON:
             return json.dumps(self.daemon_info()).encode()
-        if self.pt.owns(inode):
-            value = self.pt.xattrs(inode).get(os.fsdecode(name))
+        if (real := self._real(inode)) is not None:
+            value = real.xattrs(inode).get(os.fsdecode(name))
             if value is not None:
                 return value
         raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
@@ -602,8 +611,8 @@ class Operations(pyfuse3.Operations):
     async def listxattr(self, inode, ctx):
         if inode == inodes.ROOT:
             return [XATTR_DAEMON]
-        if self.pt.owns(inode):
-            return [os.fsencode(k) for k in self.pt.xattrs(inode)]
+        if (real := self._real(inode)) is not None:
+            return [os.fsencode(k) for k in real.xattrs(inode)]
         return []
 
     async def statfs(self, ctx):

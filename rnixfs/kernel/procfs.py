@@ -38,8 +38,9 @@ KINDS.update(fd=Kind.DIR, trace=Kind.STREAM, events=Kind.STREAM, wait=Kind.WAIT)
 
 def _fingerprint(proc: Process) -> tuple:
     """Fields that change between checkpoints; cheap to read (no rendering)."""
-    return (proc.state, proc.paused, proc.seq, proc.steps, len(proc.messages),
-            len(proc.pending_input), proc.ppid, len(proc.fds), len(proc.children), proc.exit_code)
+    return (proc.state, proc.paused, proc.seq, len(proc.trace), proc.steps, proc.tokens_in,
+            proc.tokens_out, len(proc.messages), len(proc.pending_input), proc.ppid, len(proc.fds),
+            len(proc.children), proc.exit_code, proc.plan is None)
 
 
 class _Rendered:
