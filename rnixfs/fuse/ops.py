@@ -56,6 +56,8 @@ XATTR_DAEMON = b"user.rnixfs.daemon"
 TREE_INODES = {"skills": inodes.SKILLS, "agents": inodes.AGENTS}
 # inode numbers of real files: one range per tree (fuse/realfiles.py)
 REAL_BASE = {"skills": 1 << 44, "agents": (1 << 44) + (1 << 42), "dev/fs": 1 << 45}
+REAL_MIN = min(REAL_BASE.values())
+REAL_TOPS = frozenset({inodes.SKILLS, inodes.AGENTS, inodes.DEV_FS})
 
 
 class Operations(pyfuse3.Operations):
@@ -122,6 +124,8 @@ class Operations(pyfuse3.Operations):
 
     def _real(self, inode: int):
         """The backend of a real-file inode (skills/, agents/, dev/fs), or None."""
+        if inode < REAL_MIN and inode not in REAL_TOPS:
+            return None  # proc/, dev/ (the common case: no table to ask)
         for real in self.real:
             if real.owns(inode):
                 return real
@@ -130,7 +134,7 @@ class Operations(pyfuse3.Operations):
     def _unlinked_attr(self, inode: int) -> pyfuse3.EntryAttributes | None:
         """fstat of a real file removed while still open (its name is gone,
         its open descriptor is not: a temp file's usual life)."""
-        if inode < min(REAL_BASE.values()):
+        if inode < REAL_MIN:
             return None
         for h in self.handles.values():
             if isinstance(h, RealFileHandle) and h.ino == inode and h.fd >= 0:

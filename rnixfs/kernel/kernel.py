@@ -413,6 +413,7 @@ class Kernel:
         if not proc.alive:
             raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Steer", pid=pid)
         proc.pending_input.append(text)
+        self._on_change(proc)
         proc.input_event.set()
         proc.input_event = trio.Event()
 
