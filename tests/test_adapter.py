@@ -289,3 +289,22 @@ def test_proc_files_changes_reach_ancestors_and_forget_the_reaped():
         return first, None
 
     assert trio.run(drain_twice) == ({2}, None)
+
+
+def test_truncate_to_zero_allowed_on_writable_proc_files_only(tmp_path, scripted_server):
+    """`echo x > ctl` may truncate first (without atomic O_TRUNC): ctl and
+    context accept size 0, read-only files refuse it."""
+    async def body(ops, k):
+        pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
+        zero = pyfuse3.EntryAttributes()
+        fields = SimpleNamespace(update_size=True)
+        ok = [await ops.setattr(inodes.pid_ino(pid, inodes.K[n]), zero, fields, None, ME)
+              for n in ("ctl", "context")]
+        refused = [await fuse_errno(ops.setattr(inodes.pid_ino(pid, inodes.K[n]), zero, fields, None, ME))
+                   for n in ("status", "trace", "intent")]
+        await k.signal(pid, "kill")
+        return ok, refused
+
+    ok, refused = with_ops(tmp_path, scripted_server.url, body)
+    assert [a.st_ino & 15 for a in ok] == [inodes.K["ctl"], inodes.K["context"]]
+    assert refused == [errno.EACCES] * 3

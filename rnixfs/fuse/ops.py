@@ -263,7 +263,7 @@ class Operations(pyfuse3.Operations):
         if fields.update_size and attr.st_size != 0:
             raise pyfuse3.FUSEError(errno.EINVAL)
         kind, a, b = inodes.decode(inode)
-        if inode in (inodes.PROC_NEW, inodes.DEV_SHELL) or kind == "llm" or (kind == "pid" and b in WRITABLE):
+        if inode in (inodes.PROC_NEW, inodes.DEV_SHELL) or kind == "llm" or (kind == "pid" and inodes.NAMES.get(b) in WRITABLE):
             return await self.getattr(inode, ctx)
         raise pyfuse3.FUSEError(errno.EACCES)
 
