@@ -168,8 +168,10 @@ class Operations(pyfuse3.Operations):
         reaches the kernel's cache); a live snapshot's size may be cached
         for SNAPSHOT_TIMEOUT, a live stream's not at all."""
         ino = inodes.pid_ino(proc.pid, k)
-        owner = self.owner(proc)
         name = inodes.NAMES.get(k)
+        if name is None and k != inodes.K_DIR:
+            raise pyfuse3.FUSEError(errno.ENOENT)  # a number no file of proc/<pid>/ has
+        owner = self.owner(proc)
         frozen = self.files.frozen(proc, name)
         if frozen:
             self.files.watch(proc.pid)
@@ -449,7 +451,10 @@ class Operations(pyfuse3.Operations):
             return self._new_handle(ConversationHandle(conv, self.waits).opened_by(ctx))
         if kind != "pid" or b in (inodes.K_DIR, inodes.K["fd"]):
             raise pyfuse3.FUSEError(errno.EISDIR if kind != "fd" else errno.ELOOP)
-        return self._new_handle((await self._open_proc(self._proc(a), inodes.NAMES[b], writing)).opened_by(ctx))
+        name = inodes.NAMES.get(b)
+        if name is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._new_handle((await self._open_proc(self._proc(a), name, writing)).opened_by(ctx))
 
     async def _open_proc(self, proc: Process, name: str, writing: bool) -> Handle:
         """A proc/<pid>/ file: page-cached once frozen (a zombie's, the
