@@ -53,6 +53,7 @@ PROC_DIR_MODE = 0o500
 PROC_FILE_MODE = 0o400
 PROC_WRITE_MODE = 0o600
 XATTR_DAEMON = b"user.rnixfs.daemon"
+XATTR_NAMESPACE = b"user."  # the only one served (docs/architecture.md, "Extended attributes")
 TREE_INODES = {"skills": inodes.SKILLS, "agents": inodes.AGENTS}
 # inode numbers of real files: one range per tree (fuse/realfiles.py)
 REAL_BASE = {"skills": 1 << 44, "agents": (1 << 44) + (1 << 42), "dev/fs": 1 << 45}
@@ -609,6 +610,11 @@ class Operations(pyfuse3.Operations):
 
     # -- xattrs and statfs --------------------------------------------------------------
     async def getxattr(self, inode, name, ctx):
+        if not name.startswith(XATTR_NAMESPACE):
+            # no ACLs, no security labels anywhere in the mount: "not supported"
+            # (not "no such attribute") lets ls remember that for the whole
+            # filesystem instead of asking three times per entry
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         if inode == inodes.ROOT and name == XATTR_DAEMON:
             return json.dumps(self.daemon_info()).encode()
         if (real := self._real(inode)) is not None:
