@@ -74,6 +74,8 @@ def main(argv=None) -> int:
             mfile = str(small / "file")
             ffile = str(mount_variant(res, tmp, "minimal-flush", 16, size, "--flush") / "file")
             r, n = args.rounds, args.per_round
+            bench.log("settling: the daemon commits the last records")
+            bench.compare("warm-up", lambda: bench.orc(zombie_status), lambda: bench.orc(mfile), 2, n)
             bench.log("idle (zombie) status")
             out["idle_status"] = bench.compare("open+read+close", lambda: bench.orc(zombie_status),
                                                lambda: bench.orc(mfile), r, n)
