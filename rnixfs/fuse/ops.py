@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from typing import Callable
 
@@ -99,11 +100,35 @@ class Operations(pyfuse3.Operations):
         self.mounted_ns = time.time_ns()
         self.files = procfiles if procfiles is not None else ProcFiles()
         self._live_attr: dict[int, float] = {}  # inode -> until when the kernel may cache its live size
-        self._session = False  # FUSE_INIT seen: the kernel's caches can be told
+        self._session = False  # FUSE_INIT seen and not closed: the kernel's caches can be told
+        self._notify_lock = threading.Lock()  # held while a thread tells them
         nursery.start_soon(self._invalidator)
 
     def init(self) -> None:
         self._session = True
+
+    def end_session(self) -> None:
+        """The FUSE session is closing: no more notifications (waits for one
+        in flight, so the session is never closed under it)."""
+        with self._notify_lock:
+            self._session = False
+
+    def _invalidate(self, names: list[bytes], inos: list[int], attr_only: bool) -> None:
+        """In a thread: forget reaped names and cached attributes/pages. An
+        inode the kernel no longer knows answers ENOENT: nothing to do."""
+        with self._notify_lock:
+            if not self._session:
+                return
+            for name in names:
+                try:
+                    pyfuse3.invalidate_entry(inodes.PROC, name)
+                except OSError:
+                    pass
+            for ino in inos:
+                try:
+                    pyfuse3.invalidate_inode(ino, attr_only)
+                except OSError:
+                    pass
 
     # -- attributes ----------------------------------------------------------------
     def _attr(self, ino: int, mode: int, *, size: int = 0, timeout: float = STATIC_TIMEOUT,
@@ -202,7 +227,7 @@ class Operations(pyfuse3.Operations):
             now = time.monotonic()
             self._live_attr = {i: t for i, t in self._live_attr.items() if t > now}
         if until is not None and until > time.monotonic() and self._session:
-            await trio.to_thread.run_sync(_invalidate, [], [ino], True)
+            await trio.to_thread.run_sync(self._invalidate, [], [ino], True)
 
     async def _invalidator(self) -> None:
         """Tell the kernel's caches what changed: a watched process's files
@@ -217,7 +242,7 @@ class Operations(pyfuse3.Operations):
                 if pid not in self.kernel.table:
                     names.append(str(pid).encode())
                 inos += [inodes.pid_ino(pid, k) for k in range(len(inodes.PROC_FILES) + 1)]
-            await trio.to_thread.run_sync(_invalidate, names, inos, False)
+            await trio.to_thread.run_sync(self._invalidate, names, inos, False)
             await trio.sleep(INVALIDATE_EVERY)
 
     async def getattr(self, inode, ctx=None):
@@ -548,10 +573,7 @@ class Operations(pyfuse3.Operations):
         return entry
 
     async def _invalidate_attr(self, inode: int) -> None:
-        try:
-            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
-        except OSError:  # forgotten meanwhile: nothing to refresh
-            pass
+        await trio.to_thread.run_sync(self._invalidate, [], [inode], True)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         if (real := self._real(parent_inode)) is None:
@@ -636,21 +658,6 @@ class Operations(pyfuse3.Operations):
         s.f_namemax = 255
         s.f_files = len(self.kernel.table) + 16
         return s
-
-
-def _invalidate(names: list[bytes], inos: list[int], attr_only: bool) -> None:
-    """In a thread: forget reaped names and cached attributes/pages. An
-    inode the kernel no longer knows answers ENOENT: nothing to do."""
-    for name in names:
-        try:
-            pyfuse3.invalidate_entry(inodes.PROC, name)
-        except OSError:
-            pass
-    for ino in inos:
-        try:
-            pyfuse3.invalidate_inode(ino, attr_only)
-        except OSError:
-            pass
 
 
 guard_handlers(Operations)
