@@ -31,7 +31,9 @@ from .devices.llm.registry import ProviderRegistry
 from .devices.mcp.device import McpDevices
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
+from .kernel.procfs import ProcFiles
 from .kernel.kernel import Kernel
+from .kernel.procfs import ProcFiles
 from .kernel.tools import Tools
 from .statelock import StateLock
 from .store import Store, run_all
@@ -163,9 +165,10 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         stack.callback(remove_log_filter, log_filter)
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
+        procfiles = ProcFiles()  # proc/ bytes, re-rendered on the kernel's on_change
         kernel = daemon.kernel = Kernel(
             store, daemon.providers, daemon_id=daemon.id, linger=cfg.linger, project=cfg.project,
-            planner=planner or catalog.plan, limits=limits,
+            planner=planner or catalog.plan, limits=limits, on_change=procfiles.changed,
         )
         store.put_audit(daemon.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         nursery = await stack.enter_async_context(trio.open_nursery())
@@ -185,7 +188,8 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         ops = Operations(kernel, daemon.providers, nursery, daemon_info=daemon.info,
                          max_blocking=fuse_mount.MAX_BLOCKING,
                          trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
-                         workspace=workspace, shell_session=shell_session, mcp=mcp)
+                         workspace=workspace, shell_session=shell_session, mcp=mcp,
+                         procfiles=procfiles)
         done = False
 
         async def shutdown() -> None:

@@ -58,6 +58,7 @@ class Kernel:
         project: Path | None = None,
         planner: Callable[..., SpawnPlan] | None = None,
         limits: Limits | None = None,
+        on_change: Callable[[Process], object] | None = None,
     ):
         self.store = store
         self.providers = providers
@@ -67,6 +68,7 @@ class Kernel:
         self.planner = planner or bare_plan
         self.limits = limits or Limits()  # defaults for what neither request nor agent sets
         self.tracer = Tracer(store, self._committed)
+        self._on_change = on_change or (lambda proc: None)  # what proc/ shows changed (kernel/procfs.py)
         self.tools = None  # set by the daemon: tools.Tools over the devices
         self.host_pids: dict[int, int] = {}  # host pid of a running Bash command -> its agent
         self.table: dict[int, Process] = {}
@@ -323,6 +325,7 @@ class Kernel:
         with trio.CancelScope(shield=True):
             await done.wait()
         proc.move_to(State.ZOMBIE)
+        self._on_change(proc)
         proc.exited_event.set()
         proc.trace_event.set()
         self._zombies.append((time.monotonic() + self.linger, proc.pid))
@@ -331,10 +334,12 @@ class Kernel:
     def checkpoint(self, proc: Process) -> None:
         """Queue the current status for the store (batched, off the loop)."""
         self.store.put_process(proc.status(), proc.result)
+        self._on_change(proc)
 
     def _committed(self, proc: Process, line: str, js: str) -> None:
         proc.trace += line.encode()
         proc.events += js.encode()
+        self._on_change(proc)
         proc.trace_event.set()
         proc.trace_event = trio.Event()
 
@@ -408,6 +413,7 @@ class Kernel:
         if not proc.alive:
             raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Steer", pid=pid)
         proc.pending_input.append(text)
+        self._on_change(proc)
         proc.input_event.set()
         proc.input_event = trio.Event()
 
@@ -419,6 +425,7 @@ class Kernel:
         if i < len(self._sorted) and self._sorted[i] == pid:
             del self._sorted[i]
         proc.move_to(State.DEAD)
+        self._on_change(proc)
         self.store.put_process(proc.status(), proc.result)
         if proc.ppid in self.table:
             self.table[proc.ppid].children.discard(pid)
