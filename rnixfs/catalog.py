@@ -67,10 +67,14 @@ class Catalog:
         return self._cache.parses
 
     def _warn(self, line: str) -> None:
-        """Each warning once per daemon, not once per re-resolution."""
+        """Each warning once per daemon, not once per re-resolution.
+
+        A skill that does not load is the user's content, reported where they
+        look (``rnixfs skill list``, the xattrs): INFO here. An untrusted
+        project loading skills is a security matter: WARNING."""
         if line not in self._warned:
             self._warned.add(line)
-            log.warning("%s", line)
+            log.log(logging.WARNING if "untrusted project" in line else logging.INFO, "%s", line)
 
     def install_builtins(self) -> list[str]:
         try:

@@ -32,6 +32,7 @@ from .devices.llm.registry import ProviderRegistry
 from .devices.mcp.device import McpDevices
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
+from .kernel.procfs import ProcFiles
 from .kernel.kernel import Kernel
 from .kernel.runner import InlineRunner
 from .kernel.tools import Tools
@@ -171,6 +172,7 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         stack.callback(remove_log_filter, log_filter)
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
+        procfiles = ProcFiles()  # proc/ bytes, re-rendered on the kernel's on_change
         store.put_audit(daemon.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)  # runs first: after shutdown, end the services
@@ -182,7 +184,7 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         runner = daemon.runner = await _runner(cfg, nursery, limits, child_env, mcp, tools)
         kernel = daemon.kernel = Kernel(
             store, daemon.providers, daemon_id=daemon.id, linger=cfg.linger, project=cfg.project,
-            planner=planner or catalog.plan, limits=limits, runner=runner,
+            planner=planner or catalog.plan, limits=limits, runner=runner, on_change=procfiles.changed,
         )
         await nursery.start(kernel.run)
         shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
@@ -194,7 +196,8 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         ops = Operations(kernel, daemon.providers, nursery, daemon_info=daemon.info,
                          max_blocking=fuse_mount.MAX_BLOCKING,
                          trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
-                         workspace=workspace, shell_session=shell_session, mcp=mcp)
+                         workspace=workspace, shell_session=shell_session, mcp=mcp,
+                         procfiles=procfiles)
         done = False
 
         async def shutdown() -> None:
@@ -267,9 +270,19 @@ def setup_logging(path: Path | None, level: str = "INFO") -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    logging.getLogger("pyfuse3").addFilter(_caller_gone_is_info)
     root.setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def _caller_gone_is_info(record: logging.LogRecord) -> bool:
+    """pyfuse3 logs ERROR when the kernel no longer wants a reply (the caller
+    was interrupted, e.g. Ctrl-C on a blocked read): normal, so INFO."""
+    if record.levelno >= logging.ERROR and "fuse_reply_" in str(record.msg) \
+            and "No such file or directory" in record.getMessage():
+        record.levelno, record.levelname = logging.INFO, "INFO"
+    return True
 
 
 def dump_info(info: dict) -> str:

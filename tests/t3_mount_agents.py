@@ -13,7 +13,8 @@ import pytest
 
 from tests.mountutil import needs_fuse, scripted_providers, sh, wait_for
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project')]
 
 
 def call(name, args, cid):

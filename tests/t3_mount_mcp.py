@@ -399,6 +399,7 @@ def test_streamable_http_sends_the_configured_headers(mcp_mount, http_server):
     assert SECRET not in json.dumps(status(m, "h")) and SECRET not in m.log()
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp\\.server: mcp')
 def test_a_crash_is_noticed_and_the_next_call_restarts_at_once(mcp_mount):
     m = mcp_mount({"t": scripted()})
     assert call(m, "t", "add", '{"a": 1, "b": 1}').stdout == "2\n"

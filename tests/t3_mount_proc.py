@@ -407,6 +407,7 @@ def test_budget_errors_are_readable_text_in_status(mnt):
     assert re.search(r"max_tokens exceeded: \d+ tokens used, limit 10", err["cause"])
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_after_a_crash_rebuilt_records_are_not_paused_and_hold_no_fds(mount_factory, scripted_server):
     import signal
 

@@ -9,7 +9,8 @@ import pytest
 
 from tests.mountutil import needs_fuse, sh, wait_for
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project', 'refused: ')]
 
 GOOD = """---
 name: {name}

@@ -13,7 +13,8 @@ import pytest
 from tests.mountutil import needs_fuse, sh, wait_for
 from tests.swaputil import stop_swapping, swap_forever
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project', 'refused: ', '\\[skill\\] warning')]
 
 SKILL = "---\nname: {name}\ndescription: {desc}\n---\n{body}\n"
 

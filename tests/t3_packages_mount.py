@@ -10,7 +10,8 @@ from tests.mountutil import needs_fuse, wait_for
 from tests.pkg_registry import skill_md
 from tests.pkgutil import Sandbox, pkg_registry  # noqa: F401
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project')]
 
 
 def _read(p) -> bytes | None:

@@ -13,6 +13,9 @@ from rnixfs.textsafe import Column, block, clean, json_text, one_line, table, tr
 from tests.mountutil import RNIXFS, needs_fuse, scripted_providers, sh, wait_for
 from tests.t2_skills_cli import HOSTILE, assert_terminal_safe, yaml_quoted
 
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = pytest.mark.expect_log('untrusted project')
+
 # --------------------------------------------------------------------- textsafe
 
 

@@ -59,6 +59,7 @@ class Kernel:
         planner: Callable[..., SpawnPlan] | None = None,
         limits: Limits | None = None,
         runner: Runner | None = None,
+        on_change: Callable[[Process], object] | None = None,
     ):
         self.store = store
         self.providers = providers
@@ -69,6 +70,7 @@ class Kernel:
         self.limits = limits or Limits()  # defaults for what neither request nor agent sets
         self.tracer = Tracer(store, self._committed)
         self.runner = runner or InlineRunner()  # where agent loops run
+        self._on_change = on_change or (lambda proc: None)  # what proc/ shows changed (kernel/procfs.py)
         self.host_pids: dict[int, int] = {}  # host pid of a running Bash command -> its agent
         self.table: dict[int, Process] = {}
         self._sorted: list[int] = []
@@ -343,18 +345,26 @@ class Kernel:
         with trio.CancelScope(shield=True):
             await done.wait()
         proc.move_to(State.ZOMBIE)
+        self._on_change(proc)
         proc.exited_event.set()
         proc.trace_event.set()
         self._zombies.append((time.monotonic() + self.linger, proc.pid))
         self._zombie_added.set()
 
+    def changed(self, proc: Process) -> None:
+        """The record changed outside the kernel (a worker's status report):
+        what proc/ shows is rendered again."""
+        self._on_change(proc)
+
     def checkpoint(self, proc: Process) -> None:
         """Queue the current status for the store (batched, off the loop)."""
         self.store.put_process(proc.status(), proc.result)
+        self._on_change(proc)
 
     def _committed(self, proc: Process, line: str, js: str) -> None:
         proc.trace += line.encode()
         proc.events += js.encode()
+        self._on_change(proc)
         proc.trace_event.set()
         proc.trace_event = trio.Event()
 
@@ -430,6 +440,7 @@ class Kernel:
         if not proc.alive:
             raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Steer", pid=pid)
         proc.pending_input.append(text)
+        self._on_change(proc)
         proc.input_event.set()
         proc.input_event = trio.Event()
         self.runner.steer(proc, text)
@@ -442,6 +453,7 @@ class Kernel:
         if i < len(self._sorted) and self._sorted[i] == pid:
             del self._sorted[i]
         proc.move_to(State.DEAD)
+        self._on_change(proc)
         self.store.put_process(proc.status(), proc.result)
         if proc.ppid in self.table:
             self.table[proc.ppid].children.discard(pid)

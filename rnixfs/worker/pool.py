@@ -298,6 +298,8 @@ class WorkerPool:
                 spec.apply_fields(proc, msg.fields)
                 if msg.checkpoint:
                     self.kernel.checkpoint(proc)
+                else:
+                    self.kernel.changed(proc)
             elif isinstance(msg, protocol.Exit):
                 run.exit = msg
                 run.done.set()
