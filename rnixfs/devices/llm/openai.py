@@ -19,6 +19,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from rnixfs.config import ProviderConfig, url_credentials
 from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
+from rnixfs.devices.llm.pool import StackTransport
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +97,12 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
         # Many agents share one client: keep enough idle connections for them
         # (httpx keeps 20), and let a request wait for a connection as long as
-        # the step allows (step_timeout governs, not the pool).
+        # the step allows (step_timeout governs, not the pool). The transport
+        # costs the same per request however many connections are open
+        # (pool.py); httpx's own pool scans them all on every request.
         timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout, pool=None)
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+        transport = StackTransport(max_connections=256, max_idle=128)
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
         self._url = f"{cfg.base_url}/chat/completions"
         # Longest first; scrubbed before any text is shortened, so a cut never
         # falls inside a secret and keeps its first characters.
