@@ -379,10 +379,11 @@ class SkillsTree:
 
     def root_xattrs(self) -> dict[str, bytes]:
         """``user.rnix.resolver`` on skills/: how much resolving was done
-        (full sweeps, one-skill updates, SKILL.md parses), for tests and bench."""
+        (full sweeps, one-skill updates, SKILL.md parses, spawn plans reused
+        from the cache), for tests and bench."""
         c = self.catalog
         return {"user.rnix.resolver": _encode({"sweeps": c.sweeps, "updates": c.updates,
-                                               "parses": c.parses})}
+                                               "parses": c.parses, "plans_reused": c.plan.hits})}
 
     def changed(self, name: str | None = None, rest: str = "") -> None:
         """Only the skill entry itself and its SKILL.md matter to resolution."""
