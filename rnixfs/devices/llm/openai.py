@@ -103,7 +103,11 @@ class OpenAIProvider:
         timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout, pool=None)
         transport = StackTransport(max_connections=256, max_idle=128)
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
-        self._url = f"{cfg.base_url}/chat/completions"
+        self._url: httpx.URL | str = f"{cfg.base_url}/chat/completions"
+        try:
+            self._url = httpx.URL(self._url)  # parsed once, not on every request
+        except (httpx.InvalidURL, TypeError, ValueError):
+            pass  # each request then fails with the reason, as before
         # Longest first; scrubbed before any text is shortened, so a cut never
         # falls inside a secret and keeps its first characters.
         found = {cfg.api_key, *cfg.headers.values(), *url_credentials(cfg.base_url or "")}
