@@ -321,9 +321,10 @@ class Store:
         events = [row for op, row, _ in batch if op == "event"]
         latest = {status["pid"]: (status, result) for op, (status, result), _ in
                   (x for x in batch if x[0] == "process")}  # the last checkpoint of each wins
+        # default=str: a value JSON cannot encode must not fail the whole batch
         procs = [(status["pid"], status["uuid"], status["ppid"], status["state"], status["daemon"],
                   status["intent"], status["created"], status["exited"], status["exit_code"], result,
-                  json.dumps(status)) for status, result in latest.values()]
+                  json.dumps(status, default=str)) for status, result in latest.values()]
         audits = [row for op, row, _ in batch if op == "audit"]
         with self._conn:
             if events:
