@@ -42,6 +42,8 @@ for p in (str(REPO), str(BENCH)):
 import run as bench_run  # noqa: E402  (mounts, cleanup by PID, helpers)
 import agents as bench_agents  # noqa: E402  (the derived-reply server)
 
+PROVIDER_TIMEOUT = 10.0  # what bench/run.py's providers.yaml gives the scripted provider
+
 
 def cmd_serve(args) -> int:
     """Helper process: the derived-reply server, each reply after `delay` s.
@@ -161,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "serve":
         return cmd_serve(args)
+    if not 0 <= args.delay < PROVIDER_TIMEOUT:
+        ap.error(f"--delay must be below the provider's timeout ({PROVIDER_TIMEOUT:g} s, bench/run.py)")
     result = run(args)
     print(json.dumps(result, indent=2))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
