@@ -103,3 +103,21 @@ def test_a_closed_pool_refuses_requests(scripted_server):
         return True
 
     assert run(body)
+
+
+def test_a_proxy_in_the_environment_keeps_httpx_own_transport(monkeypatch, scripted_server):
+    """httpx honours proxy variables only with its own transports, so the
+    driver does not swap in the pool then (docs/architecture.md)."""
+    from rnixfs.config import parse_providers
+    from rnixfs.devices.llm.openai import OpenAIProvider
+    from tests.mountutil import scripted_providers
+
+    cfg = parse_providers(scripted_providers(scripted_server.url)).providers["scripted"]
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    plain = OpenAIProvider(cfg)
+    assert isinstance(plain._client._transport, StackTransport)
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    proxied = OpenAIProvider(cfg)
+    assert not isinstance(proxied._client._transport, StackTransport)
+    assert any(m is not None for m in proxied._client._mounts.values())  # the proxy is mounted

@@ -19,7 +19,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from rnixfs.config import ProviderConfig, url_credentials
 from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
-from rnixfs.devices.llm.pool import StackTransport
+from rnixfs.devices.llm.pool import StackTransport, env_proxy
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +100,13 @@ class OpenAIProvider:
         # the step allows (step_timeout governs, not the pool). The transport
         # costs the same per request however many connections are open
         # (pool.py); httpx's own pool scans them all on every request.
+        # httpx ignores proxy variables once it is given a transport: with a
+        # proxy configured in the environment, its own pool serves instead.
         timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout, pool=None)
-        transport = StackTransport(max_connections=256, max_idle=128)
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
+        transport = None if env_proxy() else StackTransport(max_connections=256, max_idle=128)
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits,
+                                         transport=transport)
         self._url: httpx.URL | str = f"{cfg.base_url}/chat/completions"
         try:
             self._url = httpx.URL(self._url)  # parsed once, not on every request

@@ -11,10 +11,12 @@ a new one, and gives it back when its response is closed. A semaphore bounds
 the connections in use; waiters queue in FIFO order at no cost per request.
 
 It is built per provider inside the process that runs the requests (the
-daemon, or a worker process with its own event loop).
+daemon, or a worker process with its own event loop). With a proxy set in
+the environment the driver keeps httpx's own transport, which honours it.
 """
 from __future__ import annotations
 
+import os
 import ssl
 from typing import AsyncIterator
 
@@ -25,6 +27,13 @@ import trio
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_MAX_IDLE = 128
 DEFAULT_KEEPALIVE = 5.0  # seconds an idle connection is kept (httpx's default)
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+
+def env_proxy() -> bool:
+    """Does the environment name a proxy (which httpx honours only with its
+    own transports)?"""
+    return any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARIABLES)
 
 
 class StackPool:
