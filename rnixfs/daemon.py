@@ -122,6 +122,7 @@ class DaemonParts:
     providers: ProviderRegistry
     nursery: trio.Nursery
     mcp: McpDevices
+    procfiles: ProcFiles
     shutdown: Callable[[], Awaitable[None]]
 
 
@@ -215,7 +216,8 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
                 await shutdown()
         stack.push_async_callback(shielded_shutdown)
         yield DaemonParts(ops=ops, kernel=kernel, store=store, providers=daemon.providers,
-                          nursery=nursery, mcp=mcp, shutdown=shutdown)
+                          nursery=nursery, mcp=mcp, procfiles=procfiles,
+                          shutdown=shutdown)
 
 
 async def _runner(cfg: DaemonConfig, nursery, limits: Limits, child_env: dict, mcp, tools):

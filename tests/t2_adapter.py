@@ -191,15 +191,10 @@ def test_llm_conversation_handle(tmp_path, scripted_server):
 def with_files(tmp_path, url, body):
     """with_ops, the kernel's on_change hook feeding the adapter's ProcFiles
     (as the daemon wires them)."""
-    files = ProcFiles()
+    async def inner(parts):
+        return await body(parts.ops, parts.kernel, parts.procfiles)
 
-    async def inner(kernel, nursery):
-        ops = Operations(kernel, kernel.providers, nursery, daemon_info=lambda: {"pid": 1},
-                         max_blocking=16, procfiles=files)
-        return await body(ops, kernel, files)
-
-    return run_with_kernel(tmp_path, lambda: providers(url, tmp_path), inner, with_nursery=True,
-                           on_change=files.changed)
+    return run_with_kernel(tmp_path, lambda: providers(url, tmp_path), inner, with_parts=True)
 
 
 def test_zombie_files_are_page_cached_live_ones_direct(tmp_path, scripted_server):

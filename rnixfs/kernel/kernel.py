@@ -165,10 +165,31 @@ class Kernel:
         plan.provider = provider
         return plan, driver, cwd
 
+    def _check_cached(self, req: SpawnRequest) -> tuple[SpawnPlan, object, str] | None:
+        """``check`` from the planner's cache, without touching the disk, or
+        None. A planner may offer ``cached`` (``catalog.PlanCache``)."""
+        cached = getattr(self.planner, "cached", None)
+        if cached is None or req.cwd is not None:  # a cwd is resolved on disk
+            return None
+        drivers = {n: self.providers.get(n).default_model for n in self.providers.names()}
+        plan = cached(req, default_provider=self.providers.default_name, driver_models=drivers,
+                      cwd=self.project)
+        if plan is None:
+            return None
+        provider = plan.provider or self.providers.default_name
+        try:
+            driver = self.providers.get(provider)
+        except KeyError:
+            return None  # check() says why
+        plan.provider = provider
+        return plan, driver, "."
+
     async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
         """Validate everything first, so a bad request spawns nothing."""
-        # resolving agents and skills reads the disk: not on the event loop
-        plan, driver, cwd = await trio.to_thread.run_sync(self.check, req)
+        # Resolving agents and skills reads the disk: not on the event loop,
+        # unless the planner has this plan already (a burst of spawns).
+        checked = self._check_cached(req)
+        plan, driver, cwd = checked or await trio.to_thread.run_sync(self.check, req)
         parent = self.table.get(ppid) if ppid else None
         if parent is None or not parent.alive:
             ppid, parent = 0, None
@@ -295,6 +316,8 @@ class Kernel:
         return str(target.relative_to(self.project)) or "."
 
     async def _next_pid(self) -> int:
+        if self._pids and not self._pid_lock.locked():
+            return self._pids.popleft()  # no checkpoint: a spawn burst never yields here
         async with self._pid_lock:
             if not self._pids:
                 block = await trio.to_thread.run_sync(self.store.reserve_pids, PID_BLOCK)
