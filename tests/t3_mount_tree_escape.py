@@ -300,6 +300,7 @@ def test_race_while_spawning(mnt, outside):
         for p, a in zip(swappers, swapped):
             stop_swapping(p, a)
     for pid in pids:
+        mnt.wait(pid, timeout=120)  # the conversation is the loop's: it exists once the agent ran
         first = open(mnt.p(f"proc/{pid}/context")).readline()
         assert "OUTSIDE" not in first
         assert "INSIDE-INSTRUCTIONS" in first and "INSIDE-BODY" in first
