@@ -132,7 +132,7 @@ class Profiler:
     def __init__(self, res: bench_run.Resources, dpid: int, out: Path, rate: int):
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         self.out = out
-        self.p = subprocess.Popen([exe, "record", "-p", str(dpid), "--subprocesses", "--format", "raw",
+        self.p = subprocess.Popen([exe, "record", "-p", str(dpid), "--subprocesses", "--nolineno", "--format", "raw",
                                    "--rate", str(rate), "-o", str(out)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         res.add_proc(self.p)
@@ -153,6 +153,7 @@ def summarize_profile(path: Path, top: int = 25) -> dict:
     samples with the frame anywhere on the stack (inclusive)."""
     own: dict[str, int] = {}
     incl: dict[str, int] = {}
+    files: dict[str, int] = {}
     total = 0
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
@@ -164,9 +165,11 @@ def summarize_profile(path: Path, top: int = 25) -> dict:
         own[frames[-1]] = own.get(frames[-1], 0) + n
         for f in set(frames):
             incl[f] = incl.get(f, 0) + n
+        for f in {f.rpartition("(")[2].rstrip(")") for f in frames}:
+            files[f] = files.get(f, 0) + n
     pct = lambda d: [{"frame": f, "samples": c, "pct": round(100 * c / total, 1)}
                      for f, c in sorted(d.items(), key=lambda x: -x[1])[:top]]
-    return {"samples": total, "own": pct(own), "inclusive": pct(incl)}
+    return {"samples": total, "own": pct(own), "inclusive": pct(incl), "files_inclusive": pct(files)}
 
 
 # -- the load: rnixfs side --------------------------------------------------------------------
@@ -324,6 +327,8 @@ def run(args) -> dict:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.gmtime()),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                  capture_output=True, text=True).stdout.strip(),
+        "rnixfs_commit": subprocess.run(["git", "log", "-1", "--format=%h", "--", "rnixfs"], cwd=REPO,
+                                        capture_output=True, text=True).stdout.strip(),
         "dirty": bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                      capture_output=True, text=True).stdout.strip())},
         "config": {"agents": n, "requests_per_agent": REQUESTS, "server_delay_s": args.delay,
