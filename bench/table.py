@@ -127,12 +127,13 @@ class DaemonCpu:
 
 class Profiler:
     """`py-spy record` of the daemon (and its worker subprocesses) in raw
-    (collapsed stack) format; stopped by its PID with SIGINT."""
+    (collapsed stack) format, only samples holding the GIL (Python at work,
+    not the idle threads of trio's thread cache); stopped by its PID with SIGINT."""
 
     def __init__(self, res: bench_run.Resources, dpid: int, out: Path, rate: int):
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         self.out = out
-        self.p = subprocess.Popen([exe, "record", "-p", str(dpid), "--subprocesses", "--nolineno", "--format", "raw",
+        self.p = subprocess.Popen([exe, "record", "-p", str(dpid), "--subprocesses", "--gil", "--nolineno", "--format", "raw",
                                    "--rate", str(rate), "-o", str(out)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         res.add_proc(self.p)
@@ -161,7 +162,9 @@ def summarize_profile(path: Path, top: int = 25) -> dict:
             continue
         n = int(n)
         total += n
-        frames = stack.split(";")
+        frames = [f for f in stack.split(";") if not f.startswith("process ")]  # --subprocesses label
+        if not frames:
+            continue
         own[frames[-1]] = own.get(frames[-1], 0) + n
         for f in set(frames):
             incl[f] = incl.get(f, 0) + n
