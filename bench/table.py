@@ -209,9 +209,12 @@ def check_agents(mnt: Path, pids: list[int], steps: int) -> dict:
     """Every agent a zombie with exit 0 and `steps` model steps; count the rest."""
     bad = {}
     for pid in pids:
-        st = json.loads((mnt / "proc" / str(pid) / "status").read_bytes())
-        if st["state"] != "zombie" or st["exit_code"] != 0 or st["steps"] != steps:
-            bad[pid] = {"state": st["state"], "exit_code": st["exit_code"], "steps": st["steps"],
+        try:
+            st = json.loads((mnt / "proc" / str(pid) / "status").read_bytes())
+        except (OSError, ValueError) as exc:
+            st = {"error": f"status unreadable: {exc!r}"}
+        if st.get("state") != "zombie" or st.get("exit_code") != 0 or st.get("steps") != steps:
+            bad[pid] = {"state": st.get("state"), "exit_code": st.get("exit_code"), "steps": st.get("steps"),
                         "error": st.get("error")}
     codes: dict[str, int] = {}
     for b in bad.values():
