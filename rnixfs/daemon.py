@@ -10,8 +10,10 @@ import logging
 import os
 import signal
 import time
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import AsyncIterator, Awaitable, Callable
 
 import trio
 import uuid6
@@ -20,7 +22,7 @@ from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
 from .devices import sandbox, shell
-from .limits import load_limits
+from .limits import Limits, load_limits
 from .devices.fs import Workspace
 from .fileio import confined_dir
 from .devices.llm.redact import install_log_filter, remove_log_filter
@@ -50,9 +52,9 @@ class DaemonConfig:
 
 
 class Daemon:
-    def __init__(self, cfg: DaemonConfig):
+    def __init__(self, cfg: DaemonConfig, *, daemon_id: str | None = None):
         self.cfg = cfg
-        self.id = str(uuid6.uuid7())
+        self.id = daemon_id or str(uuid6.uuid7())
         self.started = time.time()
         self.kernel: Kernel | None = None
         self.store: Store | None = None
@@ -84,83 +86,123 @@ class Daemon:
         return self.providers.redactor.data(info) if self.providers else info
 
     async def run(self, on_ready=lambda: None) -> None:
-        cfg = self.cfg
+        """Assemble everything, mount, serve until unmounted or signalled."""
+        async with open_daemon(self.cfg, daemon=self) as parts:
+            fuse_mount.init(parts.ops, str(self.cfg.mountpoint), allow_other=self.cfg.allow_other)
+            signalled: list[int] = []
+            unmounted = False
+            try:
+                parts.nursery.start_soon(_on_signals, signalled, parts.ops)
+                log.info("mounted at %s (pid %d)", self.cfg.mountpoint, os.getpid())
+                on_ready()
+                await fuse_mount.serve()
+                # serve() also returns after terminate(): then we unmount.
+                unmounted = not signalled
+            finally:
+                with trio.CancelScope(shield=True):
+                    log.info("shutting down")
+                    await parts.shutdown()
+                fuse_mount.close(unmount=not unmounted)
+        log.info("stopped")
+
+
+@dataclass
+class DaemonParts:
+    """What ``open_daemon`` assembled: the adapter's ``Operations`` and the
+    services behind it, all alive until the ``async with`` ends."""
+    ops: Operations
+    kernel: Kernel
+    store: Store
+    providers: ProviderRegistry
+    nursery: trio.Nursery
+    mcp: McpDevices
+    shutdown: Callable[[], Awaitable[None]]
+
+
+@asynccontextmanager
+async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
+                      providers: ProviderRegistry | None = None, limits: Limits | None = None,
+                      planner=None, sandbox_protect: bool = True) -> AsyncIterator[DaemonParts]:
+    """The one place the daemon is wired (docs/architecture.md, "Assembly").
+
+    An AsyncExitStack holds every service in the order it must be undone:
+    state lock, store writer, provider clients, log redaction, the root
+    nursery with the kernel, MCP sessions. ``rnixfs mount`` serves the
+    yielded ``ops`` over FUSE; tests call them directly. ``providers``,
+    ``limits`` and ``planner`` replace what the config directory says (tests).
+    """
+    daemon = daemon or Daemon(cfg)
+    async with AsyncExitStack() as stack:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         lock = StateLock(cfg.state_dir)
         lock.acquire(mountpoint=cfg.mountpoint)  # before the store is touched
-        try:
-            await self._run_locked(on_ready)
-        finally:
-            lock.release()
-
-    async def _run_locked(self, on_ready) -> None:
-        cfg = self.cfg
+        stack.callback(lock.release)
         providers_cfg = load_providers(cfg.config_dir)
-        # agents' commands must not read our environment or memory (docs/devices.md)
-        sandbox.protect_daemon()
-        self.sandbox = await trio.to_thread.run_sync(
-            lambda: shell.configure(writable=[cfg.project]))
-        if not self.sandbox.active:
-            log.warning("commands run without a sandbox (%s): %s", self.sandbox.policy, self.sandbox.reason)
-        limits = load_limits(cfg.config_dir)
-        store = self.store = Store(cfg.state_dir / "rnixfs.db")
-        recovered = await trio.to_thread.run_sync(store.recover, self.id)
+        if sandbox_protect:
+            # agents' commands must not read our environment or memory (docs/devices.md)
+            sandbox.protect_daemon()
+        daemon.sandbox = await trio.to_thread.run_sync(lambda: shell.configure(writable=[cfg.project]))
+        if not daemon.sandbox.active:
+            log.warning("commands run without a sandbox (%s): %s", daemon.sandbox.policy,
+                        daemon.sandbox.reason)
+        limits = limits or load_limits(cfg.config_dir)
+        store = daemon.store = Store(cfg.state_dir / "rnixfs.db")
+        recovered = await trio.to_thread.run_sync(store.recover, daemon.id)
         if recovered:
             log.info("marked %d processes of an earlier daemon as dead", recovered)
         token = trio.lowlevel.current_trio_token()
         store.dispatch = lambda callbacks: token.run_sync_soon(run_all, callbacks)
         store.start()
-        self.providers = ProviderRegistry.from_config(providers_cfg, cfg.state_dir)
-        log_filter = install_log_filter(self.providers.redactor)  # no key in daemon.log
+
+        async def stop_store():
+            store.put_audit(daemon.id, "umount", {"mountpoint": str(cfg.mountpoint)})
+            await trio.to_thread.run_sync(store.stop)
+        stack.push_async_callback(stop_store)
+        daemon.providers = providers or ProviderRegistry.from_config(providers_cfg, cfg.state_dir)
+        stack.push_async_callback(daemon.providers.aclose)
+        log_filter = install_log_filter(daemon.providers.redactor)  # no key in daemon.log
+        stack.callback(remove_log_filter, log_filter)
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
-        self.kernel = Kernel(
-            store, self.providers, daemon_id=self.id, linger=cfg.linger, project=cfg.project,
-            planner=catalog.plan, limits=limits,
+        kernel = daemon.kernel = Kernel(
+            store, daemon.providers, daemon_id=daemon.id, linger=cfg.linger, project=cfg.project,
+            planner=planner or catalog.plan, limits=limits,
         )
-        store.put_audit(self.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(self.kernel.run)
-                workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
-                child_env = providers_cfg.child_env()  # no provider keys for agents' commands
-                mcp = self.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
-                self.kernel.tools = Tools(self.kernel, workspace, shell, mount=str(cfg.mountpoint),
-                                          env=child_env, skills=catalog.skills, open_root=confined_dir,
-                                          mcp=mcp)
-                shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
+        store.put_audit(daemon.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(nursery.cancel_scope.cancel)  # runs first: after shutdown, end the services
+        await nursery.start(kernel.run)
+        workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
+        child_env = providers_cfg.child_env()  # no provider keys for agents' commands
+        mcp = daemon.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
+        kernel.tools = Tools(kernel, workspace, shell, mount=str(cfg.mountpoint), env=child_env,
+                             skills=catalog.skills, open_root=confined_dir, mcp=mcp)
+        shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
 
-                def shell_session():
-                    return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,
-                                              timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT)
+        def shell_session():
+            return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,
+                                      timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT)
 
-                ops = Operations(self.kernel, self.providers, nursery, daemon_info=self.info,
-                                 max_blocking=fuse_mount.MAX_BLOCKING,
-                                 trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
-                                 workspace=workspace, shell_session=shell_session, mcp=mcp)
-                fuse_mount.init(ops, str(cfg.mountpoint), allow_other=cfg.allow_other)
-                signalled: list[int] = []
-                unmounted = False
-                try:
-                    nursery.start_soon(_on_signals, signalled, ops)
-                    log.info("mounted at %s (pid %d)", cfg.mountpoint, os.getpid())
-                    on_ready()
-                    await fuse_mount.serve()
-                    # serve() also returns after terminate(): then we unmount.
-                    unmounted = not signalled
-                finally:
-                    with trio.CancelScope(shield=True):
-                        log.info("shutting down")
-                        await self.kernel.shutdown()
-                        await mcp.aclose()
-                        await self.providers.aclose()
-                    fuse_mount.close(unmount=not unmounted)
-                nursery.cancel_scope.cancel()
-        finally:
-            store.put_audit(self.id, "umount", {"mountpoint": str(cfg.mountpoint)})
-            await trio.to_thread.run_sync(store.stop)
-        log.info("stopped")
-        remove_log_filter(log_filter)
+        ops = Operations(kernel, daemon.providers, nursery, daemon_info=daemon.info,
+                         max_blocking=fuse_mount.MAX_BLOCKING,
+                         trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
+                         workspace=workspace, shell_session=shell_session, mcp=mcp)
+        done = False
+
+        async def shutdown() -> None:
+            """Kill what runs and close sessions; idempotent (also run on the way out)."""
+            nonlocal done
+            if not done:
+                done = True
+                await kernel.shutdown()
+                await mcp.aclose()
+
+        async def shielded_shutdown():
+            with trio.CancelScope(shield=True):
+                await shutdown()
+        stack.push_async_callback(shielded_shutdown)
+        yield DaemonParts(ops=ops, kernel=kernel, store=store, providers=daemon.providers,
+                          nursery=nursery, mcp=mcp, shutdown=shutdown)
 
 
 def _inside(mountpoint: Path, project: Path) -> tuple[str, ...]:

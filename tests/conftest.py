@@ -25,3 +25,4 @@ def scripted_server(request) -> ScriptedServer:
 # ---------------------------------------------------------------------------
 
 from tests.mountutil import mnt, mount_factory  # noqa: E402,F401  (real-mount fixtures)
+from tests.logcheck import _check_logs  # noqa: E402,F401  (unexpected warnings fail a test)

@@ -9,8 +9,8 @@ import trio
 
 from rnixfs.config import parse_providers
 from rnixfs.devices.llm.registry import ProviderRegistry
-from rnixfs.kernel.kernel import Kernel
-from rnixfs.store import Store
+from rnixfs.daemon import Daemon, DaemonConfig, open_daemon
+from rnixfs.kernel.kernel import bare_plan
 
 
 def registry(providers_yaml: str, log_dir: Path) -> ProviderRegistry:
@@ -19,29 +19,26 @@ def registry(providers_yaml: str, log_dir: Path) -> ProviderRegistry:
 
 
 def run_with_kernel(tmp_path: Path, providers_factory, body: Callable[..., Awaitable], *,
-                    daemon_id: str = "t", with_nursery: bool = False, setup=None, **kernel_kw):
-    """Start store + kernel, run ``body(kernel)`` (or ``body(kernel, nursery)``),
-    then shut everything down; returns what ``body`` returned."""
+                    daemon_id: str = "t", with_nursery: bool = False, setup=None, planner=None,
+                    limits=None, linger: float = 600.0):
+    """Assemble the daemon as ``rnixfs mount`` does (``open_daemon``), without
+    mounting it; run ``body(kernel)`` (or ``body(kernel, nursery)``), then shut
+    everything down; returns what ``body`` returned. The store is
+    ``tmp_path/rnixfs.db``; without a ``planner`` only the default agent exists."""
     out = {}
+    cfg = DaemonConfig(mountpoint=tmp_path / "unmounted", project=tmp_path, state_dir=tmp_path,
+                       config_dir=tmp_path / "config", linger=linger)
 
     async def main():
-        store = Store(tmp_path / "rnixfs.db")
-        await trio.to_thread.run_sync(store.recover, daemon_id)
-        token = trio.lowlevel.current_trio_token()
-        store.dispatch = lambda cbs: token.run_sync_soon(lambda: [cb() for cb in cbs])
-        store.start()
-        providers = providers_factory()
-        kernel = Kernel(store, providers, daemon_id=daemon_id, project=tmp_path, **kernel_kw)
-        if setup is not None:
-            setup(kernel)
-        async with trio.open_nursery() as n:
-            await n.start(kernel.run)
+        async with open_daemon(cfg, daemon=Daemon(cfg, daemon_id=daemon_id),
+                               providers=providers_factory(), limits=limits,
+                               planner=planner or bare_plan, sandbox_protect=False) as parts:
+            if setup is not None:
+                setup(parts.kernel)
             with trio.fail_after(60):
-                out["v"] = await (body(kernel, n) if with_nursery else body(kernel))
-            await kernel.shutdown()
-            await providers.aclose()
-            n.cancel_scope.cancel()
-        await trio.to_thread.run_sync(store.stop)
+                out["v"] = await (body(parts.kernel, parts.nursery) if with_nursery
+                                  else body(parts.kernel))
+            await parts.shutdown()
 
     trio.run(main)
     return out["v"]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.logcheck import watch_daemon_log
+
 RNIXFS = [sys.executable, "-m", "rnixfs.cli"]
 FUSERMOUNT = shutil.which("fusermount3") or "fusermount3"
 
@@ -118,6 +120,7 @@ def do_mount(tmp: Path, providers_yaml: str | None, *extra: str, name: str = "mn
         d.mkdir(parents=True, exist_ok=True)
     if providers_yaml is not None:
         write_providers(config_dir, providers_yaml)
+    watch_daemon_log(state_dir / "daemon.log")
     rnixfs("mount", str(mnt), "--project", str(project), "--state-dir", str(state_dir),
            "--config-dir", str(config_dir), *extra)
     info = json.loads(os.getxattr(mnt, "user.rnixfs.daemon"))

@@ -74,8 +74,13 @@ class Handle:
         self.uid, self.gid = os.getuid(), os.getgid()  # the opener (set from ctx)
 
 
+# A refused request is the caller's business (it gets the errno and the reason
+# in the file or trace): INFO. Only the daemon's own failures are warnings.
+_DAEMON_FAULTS = (Code.INTERNAL, Code.NO_SPACE, Code.READ_ONLY)
+
+
 def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
-    log.warning("%s", exc)
+    log.log(logging.WARNING if exc.code in _DAEMON_FAULTS else logging.INFO, "%s", exc)
     return pyfuse3.FUSEError(exc.errno)
 
 
@@ -839,7 +844,7 @@ def _guarded(name: str, fn):
         except OSError as exc:
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except RecursionError:
-            log.warning("%s: input nested too deeply", name)
+            log.info("%s: input nested too deeply", name)
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         except BaseException as exc:
             if not isinstance(exc, Exception):

@@ -104,6 +104,7 @@ def test_require_refuses_without_bwrap(tmp_path):
         shell._current = saved
 
 
+@pytest.mark.expect_log("RNIXFS_SANDBOX='bogus'")
 def test_policy_off_and_missing_bwrap(monkeypatch):
     assert sandbox.detect("off").mode == "none"
     monkeypatch.setenv("PATH", "/nonexistent")

@@ -17,7 +17,7 @@ import trio
 
 from rnixfs.fuse import inodes
 from tests.mountutil import cleanup, do_mount, needs_fuse, scripted_providers, sh
-from tests.test_adapter import ME, fuse_errno, spawn, with_ops
+from tests.t2_adapter import ME, fuse_errno, spawn, with_ops
 
 NOBODY = 65534
 

@@ -4,6 +4,8 @@ read or listed never puts an outside file into what is read (docs/skills.md,
 "Symlinks in skills/ and agents/")."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from tests.swaputil import stop_swapping, swap_forever
 SKILL = "---\nname: {name}\ndescription: d\n---\n{body}\n"
 
 
+@pytest.mark.expect_log('leaves the project; ignored')
 def test_reads_at_spawn_never_leak_an_outside_file(tmp_path):
     project, cfg = tmp_path / "project", tmp_path / "cfg"
     outside = tmp_path / "outside"

@@ -77,12 +77,14 @@ def test_tool_calls_passed_through(scripted_server):
     assert chunks[-1].finish_reason == "tool_calls"
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_500_then_success_is_retried(scripted_server):
     text, _ = run(make(scripted_server), "[[fault:500x2]] hi")
     assert text == "echo: hi"
     assert len(scripted_server.requests) == 3
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_500_forever_gives_up(scripted_server):
     err = run_err(make(scripted_server, max_retries=2), "[[fault:500]] hi")
     assert err.status == 500 and err.retryable
@@ -90,6 +92,7 @@ def test_500_forever_gives_up(scripted_server):
     assert len(scripted_server.requests) == 3
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_429_retry_after_honoured(scripted_server):
     p = make(scripted_server, retry_max=5.0)
     t0 = time.monotonic()
@@ -100,12 +103,14 @@ def test_429_retry_after_honoured(scripted_server):
     assert 0.9 <= elapsed < 4.0
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_retry_after_capped_by_retry_max(scripted_server):
     t0 = time.monotonic()
     run(make(scripted_server, retry_max=0.2), "[[fault:429x1:retry-after=30]] hi")
     assert time.monotonic() - t0 < 3.0
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_timeout_raises_llmtimeout(scripted_server):
     t0 = time.monotonic()
     err = run_err(make(scripted_server, timeout=0.3, max_retries=1),
@@ -156,6 +161,7 @@ def test_long_server_message_truncated(scripted_server):
     assert "bad request" in str(err) and len(str(err)) < 260
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_key_sent_as_bearer_never_leaked(scripted_server, caplog):
     caplog.set_level(logging.DEBUG)
     p = make(scripted_server, api_key=KEY, max_retries=1)
@@ -182,6 +188,7 @@ def test_no_key_no_authorization_header(scripted_server):
     assert "Authorization" not in scripted_server.request_headers[0]
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_unreachable_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -499,6 +506,7 @@ def test_guard_redacts_errors_replies_tool_calls_and_describe(scripted_server, c
     assert KEY not in caplog.text
 
 
+@pytest.mark.expect_log(r'rnixfs\.test: ')
 def test_log_filter_redacts_messages_args_and_tracebacks(tmp_path):
     from rnixfs.devices.llm.redact import Redactor, install_log_filter, remove_log_filter
 

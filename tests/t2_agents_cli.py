@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.test_skills_cli import Sandbox, fails, ok
+from tests.t2_skills_cli import Sandbox, fails, ok
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def test_show_while_the_manifest_is_rewritten(sb):
 
 
 def test_hostile_agent_text_is_escaped_for_humans(sb):
-    from tests.test_skills_cli import HOSTILE, assert_terminal_safe, raw, yaml_quoted
+    from tests.t2_skills_cli import HOSTILE, assert_terminal_safe, raw, yaml_quoted
 
     pbase, ubase = bases(sb)
     agent(pbase, "evil", f"name: evil\ndescription: {yaml_quoted(HOSTILE)}\n"

@@ -3,7 +3,7 @@
 Built here with the C compiler scripts/setup.sh installs; run as root from a
 directory of the mount's dev/fs. Published counts and the reasons for what
 fails: docs/devices.md, "POSIX conformance". Run alone for the table:
-``pytest -s tests/test_pjdfstest.py``.
+``pytest -s tests/t3_pjdfstest.py``.
 """
 from __future__ import annotations
 

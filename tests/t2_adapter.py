@@ -18,7 +18,7 @@ import trio
 from rnixfs.fuse import inodes
 from rnixfs.fuse.ops import Operations
 from tests.kernelutil import run_with_kernel
-from tests.test_kernel import providers
+from tests.t2_kernel import providers
 
 ME = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o22)
 GONE = SimpleNamespace(pid=2**22 + 12345, uid=0, gid=0, umask=0o22)  # no such host pid

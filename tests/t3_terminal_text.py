@@ -11,7 +11,7 @@ import pytest
 
 from rnixfs.textsafe import Column, block, clean, json_text, one_line, table, truncate, width
 from tests.mountutil import RNIXFS, needs_fuse, scripted_providers, sh, wait_for
-from tests.test_skills_cli import HOSTILE, assert_terminal_safe, yaml_quoted
+from tests.t2_skills_cli import HOSTILE, assert_terminal_safe, yaml_quoted
 
 # --------------------------------------------------------------------- textsafe
 

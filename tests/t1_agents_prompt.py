@@ -50,6 +50,7 @@ def test_only_agents_md_counts(tmp_path):
     assert project_doc(tmp_path / "sub", tmp_path) == "the one\n"
 
 
+@pytest.mark.expect_log('leaves the project; ignored')
 def test_symlink_leaving_the_project_is_ignored(tmp_path):
     root = tmp_path / "proj"
     root.mkdir()
@@ -64,6 +65,7 @@ def test_symlink_leaving_the_project_is_ignored(tmp_path):
     assert project_doc(root, root) == "inner\n"
 
 
+@pytest.mark.expect_log('exceeded soft cap')
 def test_truncation_is_utf8_safe_with_marker(tmp_path):
     text = "é" * 40000                                          # 80000 bytes, 2 per character
     (tmp_path / "AGENTS.md").write_text(text)
@@ -89,6 +91,7 @@ def test_unreadable_or_special_files_degrade(tmp_path):
     assert project_doc(tmp_path, tmp_path) == "bad \ufffd byte\n"
 
 
+@pytest.mark.expect_log('exceeded soft cap')
 def test_huge_file_reads_only_the_budget(tmp_path):
     with open(tmp_path / "AGENTS.md", "wb") as f:
         f.truncate(1 << 30)                                        # 1 GiB sparse file

@@ -72,6 +72,7 @@ def test_uuid_is_v7(tmp_path, scripted_server):
     assert p.uuid[14] == "7"
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_budgets_and_errors(tmp_path, scripted_server):
     async def body(k):
         tokens = await spawn_wait(k, "[[tokens:50]] go", max_tokens=20)
