@@ -507,7 +507,7 @@ def run(args) -> dict:
     res = bench_run.Resources()
     tmp = Path(tempfile.mkdtemp(prefix="rnixfs-bench-agents-"))
     try:
-        srv = Server(res)
+        srv = Server(res, delay=args.delay)
         mnt, dpid = bench_run.mount_rnixfs(res, tmp, srv.url, linger=10 ** 7)
         workspace = tmp / "project"
         (workspace / FILE).write_text(FILE_TEXT)
@@ -665,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plain-concurrency", type=int, default=50, help="agents at a time on the plain side")
     ap.add_argument("--shared-concurrency", type=int, default=100,
                     help="agents at a time on the plain side with one shared client (0: skip that side)")
+    ap.add_argument("--delay", type=float, default=0.0,
+                    help="server reply delay in s (default 0; bench/table.py's load uses 1)")
     ap.add_argument("--out", default=str(BENCH / "results-agents.json"))
     args = ap.parse_args(argv)
     if args.cmd == "serve":

@@ -3,6 +3,7 @@ side by side in the same run (so noise on a shared machine cancels).
 
     python bench/run.py [--quick] [--out bench/results.json]
     python bench/run.py --agents [--quick]   # the agent-loop benchmark, bench/agents.py
+    python bench/table.py [--quick]          # the load table in one run (bench/README.md)
 
 1. `cat proc/<pid>/status`: open+read-to-EOF+close, in-process and as a
    `cat` process, vs a same-size file on bench/minimal_fs.py (A/B rounds).
