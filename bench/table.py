@@ -132,6 +132,8 @@ class Profiler:
 
     def __init__(self, res: bench_run.Resources, dpid: int, out: Path, rate: int):
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not os.access(exe, os.X_OK):
+            raise SystemExit("bench: --profile needs py-spy (pip install py-spy)")
         self.out = out
         self.p = subprocess.Popen([exe, "record", "-p", str(dpid), "--subprocesses", "--gil", "--nolineno", "--format", "raw",
                                    "--rate", str(rate), "-o", str(out)],
