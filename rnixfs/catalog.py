@@ -9,12 +9,14 @@ parses only the SKILL.md files whose stat changed (docs/skills.md).
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import logging
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from .agents import (
     AgentError, AgentNotFound, agent_write_scope, allowed_tools, build_system_prompt,
@@ -60,6 +62,10 @@ class Catalog:
         self._lock = threading.Lock()       # spawns plan in worker threads
         self.sweeps = 0                     # full re-resolutions (tests, bench)
         self.updates = 0                    # one-name re-resolutions
+        # Bumped by every change made through the mount: cached plans made
+        # before it are not used again.
+        self.generation = 0
+        self.plan = PlanCache(self)
 
     @property
     def parses(self) -> int:
@@ -67,10 +73,14 @@ class Catalog:
         return self._cache.parses
 
     def _warn(self, line: str) -> None:
-        """Each warning once per daemon, not once per re-resolution."""
+        """Each warning once per daemon, not once per re-resolution.
+
+        A skill that does not load is the user's content, reported where they
+        look (``rnixfs skill list``, the xattrs): INFO here. An untrusted
+        project loading skills is a security matter: WARNING."""
         if line not in self._warned:
             self._warned.add(line)
-            log.warning("%s", line)
+            log.log(logging.WARNING if "untrusted project" in line else logging.INFO, "%s", line)
 
     def install_builtins(self) -> list[str]:
         try:
@@ -107,18 +117,28 @@ class Catalog:
         """Forget everything (the next look resolves all skills and agents again)."""
         with self._lock:
             self._skills = self._agents = None
+            self.generation += 1
 
     def skill_changed(self, name: str) -> None:
         """Skill ``name`` was created, removed, renamed or its SKILL.md written."""
         with self._lock:
             self._dirty.add(name)
+            self.generation += 1
 
     def agents_changed(self) -> None:
         with self._lock:
             self._agents = None
+            self.generation += 1
+
+    def skills_fresh(self, skills) -> bool:
+        """Is ``skills`` still the current resolution, with no change pending
+        and no sweep due? Never touches the disk (the spawn fast path)."""
+        return (skills is self._skills and not self._dirty
+                and time.monotonic() - self._skills_at <= CACHE_SECONDS)
 
     # -- spawning ------------------------------------------------------------------
-    def plan(self, req, *, default_provider: str, driver_models: dict[str, str], cwd: Path) -> SpawnPlan:
+    def resolve_plan(self, req, *, default_provider: str, driver_models: dict[str, str],
+                     cwd: Path) -> SpawnPlan:
         """Resolve agent, skills, model and prompt; SyscallError when a name is bad.
 
         Every failure is a SyscallError saying why (logged at the FUSE
@@ -208,6 +228,76 @@ class Catalog:
         return names, {}
 
 
+class _Planned(NamedTuple):
+    plan: SpawnPlan
+    generation: int
+    skills: object        # the skills resolution the plan was made from
+    at: float             # time.monotonic() when it was resolved
+
+
+class PlanCache:
+    """``Catalog.plan``: spawn plans remembered by what decides them.
+
+    A burst of spawns of the same agent (the same agent, skills, provider,
+    model and cwd) resolves the plan once. ``cached`` answers without
+    touching the disk, so the kernel can spawn without a thread hop; a plan
+    is used again only while nothing changed through the mount since it was
+    made (``Catalog.generation``), its skills resolution is still current,
+    and it is younger than ``CACHE_SECONDS`` — the same second within which
+    edits made directly on disk show up in skills/ (docs/architecture.md,
+    "The path of a spawn").
+    """
+
+    MAX_ENTRIES = 256
+
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+        self._plans: dict[tuple, _Planned] = {}
+        self.hits = 0  # spawns planned from the cache (tests, bench)
+
+    @staticmethod
+    def _key(req, default_provider: str, driver_models: dict[str, str], cwd: Path) -> tuple:
+        return (req.agent or "default", tuple(req.skills), req.provider, req.model, str(cwd),
+                default_provider, tuple(sorted(driver_models.items())))
+
+    def __call__(self, req, *, default_provider: str, driver_models: dict[str, str], cwd: Path) -> SpawnPlan:
+        """Resolve (reads the disk: call it off the event loop) and remember."""
+        catalog = self.catalog
+        generation = catalog.generation  # read first: a change during resolution invalidates it
+        plan = catalog.resolve_plan(req, default_provider=default_provider, driver_models=driver_models,
+                                    cwd=cwd)
+        skills = catalog._skills
+        if skills is not None:
+            if len(self._plans) >= self.MAX_ENTRIES:
+                self._plans.clear()
+            self._plans[self._key(req, default_provider, driver_models, cwd)] = _Planned(
+                plan, generation, skills, time.monotonic())
+        return _copy_plan(plan)
+
+    def cached(self, req, *, default_provider: str, driver_models: dict[str, str],
+               cwd: Path) -> SpawnPlan | None:
+        """The remembered plan for this request if it is still valid, else
+        None (then call the cache itself, off the event loop)."""
+        entry = self._plans.get(self._key(req, default_provider, driver_models, cwd))
+        if (entry is None or entry.generation != self.catalog.generation
+                or time.monotonic() - entry.at > CACHE_SECONDS
+                or not self.catalog.skills_fresh(entry.skills)):
+            return None
+        self.hits += 1
+        return _copy_plan(entry.plan)
+
+
+def _copy_plan(plan: SpawnPlan) -> SpawnPlan:
+    """Each spawn gets its own plan: the kernel narrows a child's tools in it."""
+    out = copy.copy(plan)
+    for name in ("skills", "allowed_tools", "warnings", "mcp_servers"):
+        setattr(out, name, list(getattr(plan, name)))
+    out.budget, out.mcp_inline = dict(plan.budget), dict(plan.mcp_inline)
+    if plan.usable_skills is not None:
+        out.usable_skills = list(plan.usable_skills)
+    return out
+
+
 def _spawn_warnings(agent, choice, default_provider: str) -> list[str]:
     """The manifest's warnings, plus model preferences this spawn cannot use."""
     if agent is None:
@@ -293,10 +383,11 @@ class SkillsTree:
 
     def root_xattrs(self) -> dict[str, bytes]:
         """``user.rnix.resolver`` on skills/: how much resolving was done
-        (full sweeps, one-skill updates, SKILL.md parses), for tests and bench."""
+        (full sweeps, one-skill updates, SKILL.md parses, spawn plans reused
+        from the cache), for tests and bench."""
         c = self.catalog
         return {"user.rnix.resolver": _encode({"sweeps": c.sweeps, "updates": c.updates,
-                                               "parses": c.parses})}
+                                               "parses": c.parses, "plans_reused": c.plan.hits})}
 
     def changed(self, name: str | None = None, rest: str = "") -> None:
         """Only the skill entry itself and its SKILL.md matter to resolution."""

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from . import __version__
 from .catalog import AgentsTree, Catalog, SkillsTree
 from .config import load_providers
 from .devices import sandbox, shell
-from .limits import Limits, load_limits
+from .limits import SHELL_OUTPUT_BYTES, SHELL_TIMEOUT, Limits, load_limits
 from .devices.fs import Workspace
 from .fileio import confined_dir
 from .devices.llm.redact import install_log_filter, remove_log_filter
@@ -30,15 +31,15 @@ from .devices.llm.registry import ProviderRegistry
 from .devices.mcp.device import McpDevices
 from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
+from .kernel.procfs import ProcFiles
 from .kernel.kernel import Kernel
+from .kernel.procfs import ProcFiles
 from .kernel.tools import Tools
 from .statelock import StateLock
 from .store import Store, run_all
 
 log = logging.getLogger(__name__)
 
-SHELL_TIMEOUT = 600.0  # seconds a dev/shell command may run
-SHELL_OUTPUT = 1024 * 1024  # bytes of its output kept (head and tail)
 
 
 @dataclass
@@ -116,6 +117,7 @@ class DaemonParts:
     providers: ProviderRegistry
     nursery: trio.Nursery
     mcp: McpDevices
+    procfiles: ProcFiles
     shutdown: Callable[[], Awaitable[None]]
 
 
@@ -164,9 +166,10 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         stack.callback(remove_log_filter, log_filter)
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
+        procfiles = ProcFiles()  # proc/ bytes, re-rendered on the kernel's on_change
         kernel = daemon.kernel = Kernel(
             store, daemon.providers, daemon_id=daemon.id, linger=cfg.linger, project=cfg.project,
-            planner=planner or catalog.plan, limits=limits,
+            planner=planner or catalog.plan, limits=limits, on_change=procfiles.changed,
         )
         store.put_audit(daemon.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         nursery = await stack.enter_async_context(trio.open_nursery())
@@ -181,12 +184,13 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
 
         def shell_session():
             return shell.ShellSession(nursery, cwd=cfg.project, env=shell_env,
-                                      timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT)
+                                      timeout=SHELL_TIMEOUT, output_limit=SHELL_OUTPUT_BYTES)
 
         ops = Operations(kernel, daemon.providers, nursery, daemon_info=daemon.info,
                          max_blocking=fuse_mount.MAX_BLOCKING,
                          trees={"skills": SkillsTree(catalog), "agents": AgentsTree(catalog)},
-                         workspace=workspace, shell_session=shell_session, mcp=mcp)
+                         workspace=workspace, shell_session=shell_session, mcp=mcp,
+                         procfiles=procfiles)
         done = False
 
         async def shutdown() -> None:
@@ -202,7 +206,8 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
                 await shutdown()
         stack.push_async_callback(shielded_shutdown)
         yield DaemonParts(ops=ops, kernel=kernel, store=store, providers=daemon.providers,
-                          nursery=nursery, mcp=mcp, shutdown=shutdown)
+                          nursery=nursery, mcp=mcp, procfiles=procfiles,
+                          shutdown=shutdown)
 
 
 def _inside(mountpoint: Path, project: Path) -> tuple[str, ...]:
@@ -227,17 +232,31 @@ async def _on_signals(signalled: list[int], ops: Operations) -> None:
 
 def setup_logging(path: Path | None, level: str = "INFO") -> None:
     handler: logging.Handler
+    # hostile names reach messages as surrogate escapes: write them escaped,
+    # never fail the record ("--- Logging error ---" would lose it)
     if path is None:
+        if hasattr(sys.stderr, "reconfigure"):
+            sys.stderr.reconfigure(errors="backslashreplace")
         handler = logging.StreamHandler()
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path)
+        handler = logging.FileHandler(path, errors="backslashreplace")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    logging.getLogger("pyfuse3").addFilter(_caller_gone_is_info)
     root.setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def _caller_gone_is_info(record: logging.LogRecord) -> bool:
+    """pyfuse3 logs ERROR when the kernel no longer wants a reply (the caller
+    was interrupted, e.g. Ctrl-C on a blocked read): normal, so INFO."""
+    if record.levelno >= logging.ERROR and "fuse_reply_" in str(record.msg) \
+            and "No such file or directory" in record.getMessage():
+        record.levelno, record.levelname = logging.INFO, "INFO"
+    return True
 
 
 def dump_info(info: dict) -> str:

@@ -10,6 +10,7 @@ Durations are written like agent.yaml's step_timeout (``30s``, ``10m``,
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +19,40 @@ import yaml
 from .config import ConfigError
 
 LIMITS_FILE = "limits.yaml"
+SHELL_TIMEOUT = 600.0  # seconds a dev/shell command may run
+SHELL_OUTPUT_BYTES = 1024 * 1024  # bytes of a dev/shell command's output kept (head and tail)
 MAX_LIMITS_BYTES = 64 << 10
 
 
 class LimitsError(ConfigError):
     """limits.yaml is unusable; the message is one readable line."""
+
+
+class DurationError(ValueError):
+    """A duration that is not one: the message is one readable line."""
+
+
+MAX_DURATION = 7 * 24 * 3600  # no duration (timeout, max_time) is longer than a week
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value, what: str = "step_timeout") -> float:
+    """Seconds from ``"10m"``/``"30s"``/``"1h"``/``"500ms"``/a number; ``"0"`` = off.
+
+    The one rule for every duration rnixfs reads: agent.yaml, spawn
+    requests, limits.yaml, mcp.yaml."""
+    if isinstance(value, bool) or value is None:
+        raise DurationError(f"{what} must be a duration like 30s or 10m, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise DurationError(f"{what} must be a duration like 30s or 10m, got {value!r}"[:200])
+    if not 0 <= seconds <= MAX_DURATION:
+        raise DurationError(f"{what} must be between 0 and 7 days, got {value!r}")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -55,8 +85,6 @@ _DURATIONS = ("max_time", "step_timeout")
 
 def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
     """Limits from limits.yaml text (missing keys keep their default)."""
-    from .agents.manifest import AgentError, parse_duration
-
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:
@@ -73,7 +101,7 @@ def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
         if key in _DURATIONS:
             try:
                 seconds = parse_duration(0 if value is None else value, key)
-            except AgentError as exc:
+            except DurationError as exc:
                 raise LimitsError(f"{label}: {exc}") from None
             values[key] = seconds or None
             continue

@@ -7,11 +7,11 @@ so a daemon crash never loses something a reader already saw.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import json
 import logging
-import queue
 import sqlite3
 import threading
 import time
@@ -58,6 +58,10 @@ CREATE TABLE IF NOT EXISTS audit (
 LIVE_STATES = ("created", "running", "zombie")
 _STOP = object()
 RETRY_WINDOW = 8.0  # seconds a failing commit is retried before the store degrades
+MAX_BATCH = 2000  # operations per transaction
+# Once woken, the writer waits this long for more operations, so a busy
+# daemon commits (and hands results back) once per batch, not per event.
+BATCH_LINGER = 0.002
 MAX_PID = 2**53  # PIDs stay exact in JSON numbers
 
 
@@ -111,16 +115,23 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 class Store:
     """Batched writes through one thread; short synchronous calls for setup.
 
-    ``on_commit`` is called (from the writer thread) with the list of
-    committed operations' callbacks; the daemon routes it into trio with
-    ``TrioToken.run_sync_soon``.
+    Operations queue in a deque; the first one of a batch wakes the writer
+    (later ones do not touch a lock), which gathers what comes within
+    ``BATCH_LINGER``, commits it in one transaction and then hands all its
+    callbacks over at once: ``dispatch`` is called (from the writer thread)
+    with the list; the daemon routes it into trio with one
+    ``TrioToken.run_sync_soon``. Several status checkpoints of one process
+    in a batch are written once (the last one wins).
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = connect(self.path)
-        self._queue: queue.Queue = queue.Queue()
+        self._ops: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._signalled = False  # the writer has been woken for what is queued
+        self.commits = 0  # transactions committed (tests)
         self._thread: threading.Thread | None = None
         self.dispatch: Callable[[list[Callable[[], None]]], None] = run_all
         self.failed: BaseException | None = None  # the last commit error, while retrying
@@ -212,27 +223,30 @@ class Store:
         self._thread = threading.Thread(target=self._writer, name="rnixfs-store", daemon=True)
         self._thread.start()
 
+    def _put(self, op) -> None:
+        self._ops.append(op)
+        if not self._signalled:  # the writer resets it before it takes the queue
+            self._signalled = True
+            self._wake.set()
+
     def put_event(self, pid: int, seq: int, line: str, js: str, on_commit=None) -> None:
-        self._queue.put(("event", (pid, seq, line, js), on_commit))
+        self._put(("event", (pid, seq, line, js), on_commit))
 
     def put_process(self, status: dict, result: str | None, on_commit=None) -> None:
-        row = (
-            status["pid"], status["uuid"], status["ppid"], status["state"],
-            status["daemon"], status["intent"], status["created"], status["exited"],
-            status["exit_code"], result, json.dumps(status),
-        )
-        self._queue.put(("process", row, on_commit))
+        """Queue a status snapshot; ``status`` must be a fresh dict nobody
+        changes afterwards (it is serialized on the writer thread)."""
+        self._put(("process", (status, result), on_commit))
 
     def put_audit(self, daemon: str, action: str, detail: dict, on_commit=None) -> None:
-        self._queue.put(("audit", (time.time(), daemon, action, json.dumps(detail)), on_commit))
+        self._put(("audit", (time.time(), daemon, action, json.dumps(detail)), on_commit))
 
     def put_barrier(self, on_commit) -> None:
-        self._queue.put(("barrier", None, on_commit))
+        self._put(("barrier", None, on_commit))
 
     def stop(self) -> None:
         """Commit what is queued and stop the writer (blocking)."""
         if self._thread is not None:
-            self._queue.put((_STOP, None, None))
+            self._put((_STOP, None, None))
             self._thread.join()
             self._thread = None
         try:
@@ -240,14 +254,23 @@ class Store:
         except sqlite3.Error as exc:
             log.error("closing the store: %s", exc)
 
+    def _take(self) -> list:
+        """The next batch: wait for the first operation, then a moment for more."""
+        if not self._ops:
+            self._wake.wait()
+        time.sleep(BATCH_LINGER)
+        self._wake.clear()
+        self._signalled = False  # from here on a new operation wakes the writer again
+        batch = []
+        while self._ops and len(batch) < MAX_BATCH:
+            batch.append(self._ops.popleft())
+        return batch
+
     def _writer(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            try:
-                while len(batch) < 2000:
-                    batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                pass
+            batch = self._take()
+            if not batch:
+                continue
             stop = any(op is _STOP for op, _, _ in batch)
             if self.degraded is None and not self._commit_retrying(batch, stop):
                 return  # given up at shutdown: nothing unsaved is shown
@@ -296,7 +319,12 @@ class Store:
 
     def _commit(self, batch: list) -> None:
         events = [row for op, row, _ in batch if op == "event"]
-        procs = [row for op, row, _ in batch if op == "process"]
+        latest = {status["pid"]: (status, result) for op, (status, result), _ in
+                  (x for x in batch if x[0] == "process")}  # the last checkpoint of each wins
+        # default=str: a value JSON cannot encode must not fail the whole batch
+        procs = [(status["pid"], status["uuid"], status["ppid"], status["state"], status["daemon"],
+                  status["intent"], status["created"], status["exited"], status["exit_code"], result,
+                  json.dumps(status, default=str)) for status, result in latest.values()]
         audits = [row for op, row, _ in batch if op == "audit"]
         with self._conn:
             if events:
@@ -313,6 +341,7 @@ class Store:
                 self._conn.executemany(
                     "INSERT INTO audit(ts, daemon, action, detail) VALUES (?,?,?,?)", audits
                 )
+        self.commits += 1
 
 
 def _pid_counter(value: Any) -> int:

@@ -20,7 +20,7 @@ def registry(providers_yaml: str, log_dir: Path) -> ProviderRegistry:
 
 def run_with_kernel(tmp_path: Path, providers_factory, body: Callable[..., Awaitable], *,
                     daemon_id: str = "t", with_nursery: bool = False, setup=None, planner=None,
-                    limits=None, linger: float = 600.0):
+                    limits=None, linger: float = 600.0, with_parts: bool = False):
     """Assemble the daemon as ``rnixfs mount`` does (``open_daemon``), without
     mounting it; run ``body(kernel)`` (or ``body(kernel, nursery)``), then shut
     everything down; returns what ``body`` returned. The store is
@@ -36,8 +36,11 @@ def run_with_kernel(tmp_path: Path, providers_factory, body: Callable[..., Await
             if setup is not None:
                 setup(parts.kernel)
             with trio.fail_after(60):
-                out["v"] = await (body(parts.kernel, parts.nursery) if with_nursery
-                                  else body(parts.kernel))
+                if with_parts:  # the daemon's own Operations, ProcFiles, ...
+                    out["v"] = await body(parts)
+                else:
+                    out["v"] = await (body(parts.kernel, parts.nursery) if with_nursery
+                                      else body(parts.kernel))
             await parts.shutdown()
 
     trio.run(main)

@@ -49,14 +49,15 @@ def _new_daemon_lines() -> list[str]:
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next check
         _watched[path] = done + end
         lines = data[:end].decode("utf-8", "replace").splitlines()
-        tracing = False
+        logged = False  # a traceback right after a logged record belongs to it
         for line in lines:
             if LEVEL.match(line):
                 out.append(line)
-                tracing = False
-            elif line.startswith("Traceback") and not tracing:
-                out.append(line)
-                tracing = True
+                logged = True
+            elif line.startswith("Traceback") and not logged:
+                out.append(line)  # printed bare: nothing logged it, so nothing expected it
+            elif line[:4].isdigit():
+                logged = False  # another record (INFO or DEBUG) began
     return out
 
 

@@ -17,6 +17,7 @@ import trio
 
 from rnixfs.fuse import inodes
 from rnixfs.fuse.ops import Operations
+from rnixfs.kernel.procfs import ProcFiles
 from tests.kernelutil import run_with_kernel
 from tests.t2_kernel import providers
 
@@ -185,3 +186,120 @@ def test_llm_conversation_handle(tmp_path, scripted_server):
     assert first == b"echo: hello there\n" and second == b"echo: second\n"
     body = scripted_server.requests[-1]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+
+
+def with_files(tmp_path, url, body):
+    """with_ops, the kernel's on_change hook feeding the adapter's ProcFiles
+    (as the daemon wires them)."""
+    async def inner(parts):
+        return await body(parts.ops, parts.kernel, parts.procfiles)
+
+    return run_with_kernel(tmp_path, lambda: providers(url, tmp_path), inner, with_parts=True)
+
+
+def test_zombie_files_are_page_cached_live_ones_direct(tmp_path, scripted_server):
+    async def body(ops, k, files):
+        pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
+        ino = {name: inodes.pid_ino(pid, inodes.K[name]) for name in ("status", "trace", "wait", "intent")}
+        live = {n: await ops.open(i, os.O_RDONLY, ME) for n, i in ino.items() if n != "wait"}
+        live_attr = {n: await ops.getattr(i) for n, i in ino.items()}
+        live_dir = await ops.getattr(inodes.pid_ino(pid))
+        ctl = await ops.open(inodes.pid_ino(pid, inodes.K["ctl"]), os.O_WRONLY, ME)
+        await ops.write(ctl.fh, 0, b"kill")
+        await k.table[pid].exited_event.wait()
+        dead = {n: await ops.open(i, os.O_RDONLY, ME) for n, i in ino.items()}
+        dead_attr = {n: await ops.getattr(i) for n, i in ino.items()}
+        dead_dir = await ops.getattr(inodes.pid_ino(pid))
+        status = await ops.read(dead["status"].fh, 0, 65536)
+        wait = await ops.read(dead["wait"].fh, 0, 4096)
+        return live, live_attr, live_dir, dead, dead_attr, dead_dir, status, wait
+
+    live, live_attr, live_dir, dead, dead_attr, dead_dir, status, wait = with_files(
+        tmp_path, scripted_server.url, body)
+    assert live["status"].direct_io and not live["status"].keep_cache
+    assert live["trace"].direct_io and live_attr["trace"].attr_timeout == 0
+    assert live_attr["status"].attr_timeout <= 1 and live_dir.entry_timeout <= 1
+    assert live["intent"].keep_cache and live_attr["intent"].attr_timeout >= 60
+    for name in ("status", "trace", "wait", "intent"):
+        assert dead[name].keep_cache and not dead[name].direct_io, name
+        assert dead_attr[name].attr_timeout >= 60 and dead_attr[name].entry_timeout >= 60, name
+    assert dead_dir.attr_timeout >= 60
+    assert json.loads(status)["state"] == "zombie" and dead_attr["status"].st_size == len(status)
+    assert wait.startswith(b"exited(137) ") and dead_attr["wait"].st_size == len(wait)
+
+
+def test_status_rendered_once_per_change(tmp_path, scripted_server):
+    """The bytes are cached per process: the same object until the kernel
+    reports a change (or a fingerprint field moves), then rendered anew."""
+    async def body(ops, k, files):
+        pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
+        proc = k.table[pid]
+        with trio.fail_after(10):
+            while not proc.fds:
+                await trio.sleep(0.02)
+        files.watch(pid)
+        first = files.content(proc, "status")
+        same = files.content(proc, "status")
+        await k.signal(pid, "pause")  # a checkpoint: on_change
+        changed = await files.next_changes()
+        paused = files.content(proc, "status")
+        proc.pending_input.append("between two hooks")  # no hook: the fingerprint notices
+        context = files.content(proc, "context")
+        await k.signal(pid, "kill")
+        return first, same, changed, paused, context
+
+    first, same, changed, paused, context = with_files(tmp_path, scripted_server.url, body)
+    assert same is first and changed == {1}
+    assert json.loads(first)["paused"] is False and json.loads(paused)["paused"] is True
+    assert b"between two hooks" in context
+
+
+def test_proc_files_changes_reach_ancestors_and_forget_the_reaped():
+    from rnixfs.kernel.process import Account, Process, State
+
+    parent = Process(pid=1, intent="p")
+    child = Process(pid=2, intent="c", ppid=1, account=Account(2, parent=parent.account))
+    files = ProcFiles()
+    before = files.content(parent, "status")
+    files.watch(1)
+    files.watch(2)
+    child.account.charge(10, 0.0)  # the tree's spend shows in the parent's status
+    files.changed(child)
+    assert files.content(parent, "status") is not before
+    assert json.loads(files.content(parent, "status"))["tree"]["tokens"] == 10
+
+    async def drain():
+        return await files.next_changes()
+
+    assert trio.run(drain) == {1, 2}
+    files.watch(2)
+    child.state = State.DEAD
+    files.changed(child)  # reaped while watched: reported once (its names go), then forgotten
+    files.changed(child)
+
+    async def drain_twice():
+        first = await files.next_changes()
+        with trio.move_on_after(0.2):
+            return first, await files.next_changes()
+        return first, None
+
+    assert trio.run(drain_twice) == ({2}, None)
+
+
+def test_truncate_to_zero_allowed_on_writable_proc_files_only(tmp_path, scripted_server):
+    """`echo x > ctl` may truncate first (without atomic O_TRUNC): ctl and
+    context accept size 0, read-only files refuse it."""
+    async def body(ops, k):
+        pid = await spawn(ops, b'{"intent": "[[delay:30]] x", "step_timeout": 0}')
+        zero = pyfuse3.EntryAttributes()
+        fields = SimpleNamespace(update_size=True)
+        ok = [await ops.setattr(inodes.pid_ino(pid, inodes.K[n]), zero, fields, None, ME)
+              for n in ("ctl", "context")]
+        refused = [await fuse_errno(ops.setattr(inodes.pid_ino(pid, inodes.K[n]), zero, fields, None, ME))
+                   for n in ("status", "trace", "intent")]
+        await k.signal(pid, "kill")
+        return ok, refused
+
+    ok, refused = with_ops(tmp_path, scripted_server.url, body)
+    assert [a.st_ino & 15 for a in ok] == [inodes.K["ctl"], inodes.K["context"]]
+    assert refused == [errno.EACCES] * 3

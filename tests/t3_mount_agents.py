@@ -13,7 +13,8 @@ import pytest
 
 from tests.mountutil import needs_fuse, scripted_providers, sh, wait_for
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project')]
 
 
 def call(name, args, cid):
@@ -249,6 +250,7 @@ def test_edit_refuses_a_file_too_large_to_rewrite(mnt, scripted_server):
     assert "too large to edit" in ctx
 
 
+@pytest.mark.expect_log('untrusted project')
 def test_a_child_never_holds_a_tool_its_parent_lacks(mnt, scripted_server):
     skill = mnt.project / ".rnix/skills/spawner"
     skill.mkdir(parents=True)

@@ -51,6 +51,7 @@ def xattr(m: Mount) -> dict:
 
 # ----------------------------------------------------------------------- status
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_status_text_and_json(mnt):
     done = mnt.spawn("finish me")
     mnt.wait(done)
@@ -111,6 +112,7 @@ def test_status_of_all_mounts_with_a_stale_one(mount_factory, scripted_server):
     assert any(i.get("pid") == live.daemon_pid for i in json.loads(res.stdout or "[]")), res.stderr
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_api_keys_never_show(mount_factory, scripted_server, monkeypatch):
     monkeypatch.setenv(SECRET_VAR, SECRET)  # the environment of the mount command
     m = mount_factory(scripted_providers(scripted_server.url, api_key="${%s}" % SECRET_VAR))

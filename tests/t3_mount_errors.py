@@ -304,6 +304,7 @@ def test_multi_line_json_through_echo(mnt):
     assert st["intent"] == "multi line" and st["budget"]["max_steps"] == 2
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.llm\\.conversation', 'stamina.retry_scheduled')
 def test_unfinished_json_fails_at_close_and_reads_back(mnt):
     before = ls_proc(mnt)
     out = probe(mnt.p("proc/new"), "rw", b'{"intent": "never closed",', None)
@@ -504,6 +505,7 @@ def test_llm_write_while_streaming_is_ebusy(mnt):
     in_log(mnt, "a reply is still streaming")
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.llm\\.conversation: \\[DRIVER\\]', 'stamina.retry_scheduled')
 def test_llm_driver_error_is_eio_and_the_conversation_goes_on(mnt):
     out = probe(mnt.p("dev/llm/scripted"), "rw", b"first", None, b"[[fault:500]] boom", None,
                 b"second", None)

@@ -11,7 +11,8 @@ import pytest
 
 from tests.mountutil import needs_fuse, scripted_providers, wait_for
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project')]
 
 
 def call(name, args, cid):
@@ -99,6 +100,7 @@ def test_user_scope_skill_activated_and_its_references_read(mnt, scripted_server
     assert "pdf-tools" in st["skills"] and st["allowed_tools"] == []  # unrestricted stays so
 
 
+@pytest.mark.expect_log('untrusted project')
 def test_skill_grants_join_only_without_explicit_tools(mnt, scripted_server):
     user_skill(mnt, "gitty", "allowed-tools: Bash(git:*)\n")
     user_skill(mnt, "hidden", "disable-model-invocation: true\n")

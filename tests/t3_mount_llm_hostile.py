@@ -91,6 +91,7 @@ def test_wall_clock_cap_beside_the_heartbeat(mount_factory, scripted_server):
     assert "max_reply_time" in st["error"]["cause"]
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.llm\\.conversation')
 def test_dev_llm_endless_reply_ends_with_efbig(mount_factory, scripted_server):
     m = mount_factory(scripted_providers(scripted_server.url, max_reply_bytes=MiB))
     res = sh(f'exec 3<>"{m.p("dev/llm/scripted")}"; echo "[[fault:endless]] go" >&3; '
@@ -151,6 +152,7 @@ def _stored_and_logged(m) -> bytes:
     return data
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.llm\\.conversation')
 def test_key_quoted_by_the_server_is_never_kept(mount_factory, scripted_server, monkeypatch):
     """Error event, malformed first event, non-SSE content type, a 401 body,
     the reply itself: the key appears in no trace, event, status, store

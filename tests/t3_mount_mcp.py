@@ -217,6 +217,7 @@ def test_claude_code_mcp_json_and_precedence(mcp_mount):
     assert status(m, "fromjson")["origin"].endswith(".mcp.json")
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp')
 def test_secrets_never_show(mcp_mount):
     m = mcp_mount({"t": scripted(env={"TOKEN": "${MCP_TEST_TOKEN}"}),
                    "r": {"url": "http://user:" + SECRET + "@127.0.0.1:9/mcp",
@@ -313,6 +314,7 @@ def test_streamable_http_server(mcp_mount, http_server):
     assert res.stdout.strip() == "over http", res.stdout
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp')
 def test_bad_config_is_reported_not_fatal(mcp_mount):
     m = mcp_mount({"good": scripted(), "bad": {"args": ["x"]}, "worse": {"command": "x", "url": "http://y"}})
     assert os.listdir(m.p("dev/mcp")) == ["good"]
@@ -323,6 +325,7 @@ def test_bad_config_is_reported_not_fatal(mcp_mount):
     assert "echo" in res.stdout
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp')
 def test_missing_command_fails_clearly(mcp_mount):
     m = mcp_mount({"nope": {"command": "/nonexistent/server-binary"}})
     res = sh(f'ls "{m.p("dev/mcp/nope/tools")}"')
@@ -345,6 +348,7 @@ def test_slow_start_is_waited_for_and_ls_stays_answering(mcp_mount):
     assert time.monotonic() - t0 >= 3
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp')
 def test_a_command_not_installed_says_so(mcp_mount):
     """`uvx`/`npx` servers where those are not installed: the reason is in
     status and the log, not a bare "connection closed"."""
@@ -358,6 +362,7 @@ def test_a_command_not_installed_says_so(mcp_mount):
     assert m.daemon_alive()
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp')
 def test_a_server_dying_at_start_shows_its_stderr(mcp_mount):
     m = mcp_mount({"t": scripted(env={"MCP_TEST_DIE_AT_START": "no database at /x"})})
     assert sh(f'ls "{m.p("dev/mcp/t/tools")}"').returncode != 0
@@ -394,6 +399,7 @@ def test_streamable_http_sends_the_configured_headers(mcp_mount, http_server):
     assert SECRET not in json.dumps(status(m, "h")) and SECRET not in m.log()
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp\\.server: mcp')
 def test_a_crash_is_noticed_and_the_next_call_restarts_at_once(mcp_mount):
     m = mcp_mount({"t": scripted()})
     assert call(m, "t", "add", '{"a": 1, "b": 1}').stdout == "2\n"
@@ -410,6 +416,7 @@ def test_a_crash_is_noticed_and_the_next_call_restarts_at_once(mcp_mount):
     assert call(m, "t", "add", '{"a": 4, "b": 4}').stdout == "8\n"
 
 
+@pytest.mark.expect_log('mcp\\.client', 'rnixfs\\.devices\\.mcp')
 def test_claude_code_mcp_json_as_written(mcp_mount, sse_server):
     """`.mcp.json` entries as Claude Code writes them: `type`, `${VAR:-default}`,
     an SSE server; an unknown type is refused with the reason."""

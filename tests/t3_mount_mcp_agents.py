@@ -145,6 +145,7 @@ def test_tool_names_a_provider_would_refuse_are_left_out(world):
     assert "'a/b' skipped" in trace(m, pid), trace(m, pid)
 
 
+@pytest.mark.expect_log('rnixfs\\.devices\\.mcp\\.mcp_config: mcp')
 def test_a_server_whose_entry_is_unusable_fails_the_spawn_with_the_reason(tmp_path, scripted_server):
     project = tmp_path / "project"
     (project / ".rnix").mkdir(parents=True)

@@ -296,6 +296,7 @@ def test_ctl_pause_holds_at_the_step_boundary_until_resume(mnt):
     assert mnt.status(pid)["paused"] is False
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_term_while_paused_exits_143(mnt):
     pid = mnt.spawn(SLOW)
     wait_for(lambda: fd_listing(mnt, pid), 30, what="the step to start")
@@ -388,6 +389,7 @@ def test_budget_max_steps_exits_10(mnt):
     assert "max_steps exceeded" in st["error"]["cause"]
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_budget_max_cost_exits_12(mount_factory, scripted_server):
     prices = "{scripted-model: {input: 1000000, output: 1000000}}"  # $1 per token
     m = mount_factory(scripted_providers(scripted_server.url, prices=prices))
@@ -405,6 +407,7 @@ def test_budget_errors_are_readable_text_in_status(mnt):
     assert re.search(r"max_tokens exceeded: \d+ tokens used, limit 10", err["cause"])
 
 
+@pytest.mark.expect_log('stamina.retry_scheduled')
 def test_after_a_crash_rebuilt_records_are_not_paused_and_hold_no_fds(mount_factory, scripted_server):
     import signal
 

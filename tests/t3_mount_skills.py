@@ -9,7 +9,8 @@ import pytest
 
 from tests.mountutil import needs_fuse, sh, wait_for
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project', 'refused: ')]
 
 GOOD = """---
 name: {name}
@@ -52,6 +53,7 @@ def test_builtins_are_real_files_with_provenance(mnt):
         assert 'user.rnix.scope="user"' in res.stdout
 
 
+@pytest.mark.expect_log('shadowed skill', 'skipped skill', 'untrusted project')
 def test_project_copy_shadows_user_copy_whole(mnt):
     user = write_skill(mnt.config_dir / "skills", "shared", desc="user copy", version="1")
     (user / "extra.txt").write_text("only in the user copy")
@@ -81,6 +83,7 @@ def test_create_through_the_mount_writes_into_the_project(mnt):
     assert mnt.status(pid)["allowed_tools"] == ["Grep", "Skill"]  # Skill: a catalog is shown
 
 
+@pytest.mark.expect_log('skipped skill', 'untrusted project')
 def test_invalid_skill_md_is_kept_and_explained(mnt):
     res = run(mnt, 'mkdir "$M/skills/broken" && printf -- "---\\nname: broken\\n" > "$M/skills/broken/SKILL.md"')
     assert res.returncode == 0, res.stderr
@@ -96,6 +99,7 @@ def test_invalid_skill_md_is_kept_and_explained(mnt):
     wait_for(lambda: xattrs(mnt.p("skills/broken"))["user.rnix.valid"] == "true", 10, what="fix")
 
 
+@pytest.mark.expect_log('name mismatch', 'skipped skill', 'untrusted project')
 def test_rename_and_delete_act_on_real_files(mnt):
     write_skill(mnt.project / ".rnix/skills", "old-name")
     wait_for(lambda: "old-name" in os.listdir(mnt.p("skills")), 10, what="skill")
@@ -163,6 +167,7 @@ def test_bad_tree_changes(mnt, cmd, err):
     assert sorted(os.listdir(mnt.p("skills"))) == before and mnt.daemon_alive()
 
 
+@pytest.mark.expect_log('refused', 'skipped skill', 'untrusted project')
 def test_parallel_skill_creation(mnt):
     res = run(mnt, 'for i in $(seq 1 10); do (mkdir "$M/skills/p$i" && printf -- "---\\nname: p$i\\n'
                    'description: d\\n---\\n" > "$M/skills/p$i/SKILL.md") & done; wait')
@@ -193,6 +198,7 @@ def _resolver(m) -> dict:
     return json.loads(os.getxattr(m.p("skills"), "user.rnix.resolver"))
 
 
+@pytest.mark.expect_log('skipped skill', 'untrusted project')
 def test_writes_re_resolve_only_what_they_touch(mnt, tmp_path):
     """cp -r of a 30-file skill among 150 installed ones parses its SKILL.md,
     not the others' (docs/skills.md, "Caching")."""

@@ -40,6 +40,7 @@ def error_line(res: subprocess.CompletedProcess) -> str:
 
 # ------------------------------------------------------------- one daemon per state
 
+@pytest.mark.expect_log('mount refused: state directory .* is in use')
 def test_second_mount_on_the_same_state_dir_is_refused(mount_factory, scripted_server, tmp_path):
     yaml = scripted_providers(scripted_server.url)
     first = mount_factory(yaml, name="first")
@@ -92,6 +93,7 @@ def _db(m) -> sqlite3.Connection:
     return sqlite3.connect(m.state_dir / "rnixfs.db", timeout=30, isolation_level=None)
 
 
+@pytest.mark.expect_log('status is damaged')
 def test_damaged_rows_are_skipped_and_reported(mount_factory, scripted_server):
     yaml = scripted_providers(scripted_server.url)
     m = mount_factory(yaml)
@@ -130,6 +132,7 @@ def test_damaged_rows_are_skipped_and_reported(mount_factory, scripted_server):
 
 
 @pytest.mark.parametrize("counter", ["abc", "-5", "0", "1e400", "9" * 40, ""])
+@pytest.mark.expect_log('meta.next_pid', 'store commit failed', 'degraded to read-only', '\\[READ_ONLY\\]', 'status is damaged')
 def test_a_bad_pid_counter_does_not_break_spawn(mount_factory, scripted_server, counter):
     yaml = scripted_providers(scripted_server.url)
     m = mount_factory(yaml)
@@ -151,6 +154,7 @@ def test_a_new_store_has_no_pid_counter_warning(mount_factory, scripted_server):
     assert "next_pid" not in m.log()
 
 
+@pytest.mark.expect_log('rnixfs\\.store: ', '\\[READ_ONLY\\]', '\\[NO_SPACE\\]')
 def test_a_store_that_cannot_be_written_degrades_and_umount_ends(mount_factory, scripted_server):
     m = mount_factory(scripted_providers(scripted_server.url))
     hang = m.spawn(HANG)

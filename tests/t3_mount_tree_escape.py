@@ -13,7 +13,8 @@ import pytest
 from tests.mountutil import needs_fuse, sh, wait_for
 from tests.swaputil import stop_swapping, swap_forever
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project', 'refused: ', '\\[skill\\] warning')]
 
 SKILL = "---\nname: {name}\ndescription: {desc}\n---\n{body}\n"
 
@@ -86,6 +87,7 @@ def test_a_skill_symlinked_out_of_its_scope_is_sealed(mnt, outside, scope):
     assert "refused" in mnt.log() and mnt.daemon_alive()
 
 
+@pytest.mark.expect_log('refused')
 def test_an_agent_symlinked_to_the_root_reads_nothing(mnt):
     base = mnt.project / ".rnix/agents"
     base.mkdir(parents=True)
@@ -105,6 +107,7 @@ def test_an_agent_symlinked_to_the_root_reads_nothing(mnt):
     assert not os.path.lexists(base / "rootfs") and os.path.exists("/etc/hostname")
 
 
+@pytest.mark.expect_log('refused', 'skipped skill', 'untrusted project')
 def test_symlink_chains_are_followed_only_while_inside(mnt, outside):
     p = mnt.project
     root = p / ".rnix/skills"
@@ -125,6 +128,7 @@ def test_symlink_chains_are_followed_only_while_inside(mnt, outside):
     assert (real / "SKILL.md").is_file()
 
 
+@pytest.mark.expect_log('name mismatch', 'refused', 'shadowed skill', 'untrusted project')
 def test_links_inside_the_scope_are_followed_and_shown(mnt, outside):
     root = mnt.project / ".rnix/skills"
     shared = skill(root, "shared", desc="shared", body="SHARED-BODY")
@@ -156,6 +160,7 @@ def test_links_inside_the_scope_are_followed_and_shown(mnt, outside):
     assert (shared / "SKILL.md").exists()
 
 
+@pytest.mark.expect_log('refused', 'skipped skill', 'untrusted project')
 def test_cp_r_of_a_skill_with_relative_symlinks(mnt, tmp_path):
     src = tmp_path / "src" / "carrier"
     (src / "references").mkdir(parents=True)
@@ -175,6 +180,7 @@ def test_cp_r_of_a_skill_with_relative_symlinks(mnt, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["/etc/passwd", "../../../../../../etc", "../../../..", "/"])
+@pytest.mark.expect_log('refused', 'untrusted project')
 def test_symlinks_leading_out_cannot_be_created(mnt, target):
     skill(mnt.project / ".rnix/skills", "host")
     listed(mnt, "skills", "host")
@@ -184,6 +190,7 @@ def test_symlinks_leading_out_cannot_be_created(mnt, target):
     assert "refused" in mnt.log()
 
 
+@pytest.mark.expect_log('refused', 'refused to create', 'skipped skill', 'untrusted project')
 def test_mkdir_through_a_skills_root_leading_out(mnt, tmp_path):
     """`.rnix/skills` itself a symlink out of the project: mkdir creates nothing there."""
     far = tmp_path / "far"
@@ -226,6 +233,7 @@ def test_scope_roots_symlinked_out_read_and_delete_nothing(mnt, tmp_path, roots)
     assert mnt.daemon_alive()
 
 
+@pytest.mark.expect_log('refused', 'untrusted project')
 def test_race_swapping_a_directory_for_a_symlink(mnt, outside, tmp_path):
     root = mnt.project / ".rnix/skills"
     d = skill(root, "racer", body="INSIDE-BODY")
@@ -261,6 +269,7 @@ def test_race_swapping_a_directory_for_a_symlink(mnt, outside, tmp_path):
     assert mnt.daemon_alive()
 
 
+@pytest.mark.expect_log('name mismatch', 'shadowed skill', 'skipped skill', 'untrusted project')
 def test_race_while_spawning(mnt, outside):
     """Swapping a skill or agent directory for a symlink while spawning never
     puts an outside file into a system prompt; failures say why."""
@@ -299,6 +308,7 @@ def test_race_while_spawning(mnt, outside):
     assert mnt.daemon_alive()
 
 
+@pytest.mark.expect_log('refused')
 def test_user_agent_leading_out_of_the_config_dir(mnt, outside):
     base = mnt.config_dir / "agents"
     base.mkdir(parents=True, exist_ok=True)
@@ -315,6 +325,7 @@ def test_user_agent_leading_out_of_the_config_dir(mnt, outside):
     assert "leaves its scope" in mnt.log()
 
 
+@pytest.mark.expect_log('name mismatch', 'refused', 'shadowed skill', 'skipped skill', 'untrusted project')
 def test_every_operation_on_every_hostile_layout(mnt, outside, tmp_path):
     """A sweep: each path through a hostile link gets every operation a shell
     offers; nothing outside the scope roots changes, nothing outside is read,

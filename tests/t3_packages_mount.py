@@ -10,7 +10,8 @@ from tests.mountutil import needs_fuse, wait_for
 from tests.pkg_registry import skill_md
 from tests.pkgutil import Sandbox, pkg_registry  # noqa: F401
 
-pytestmark = [needs_fuse, pytest.mark.mount]
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.expect_log('untrusted project')]
 
 
 def _read(p) -> bytes | None:
@@ -21,6 +22,7 @@ def _read(p) -> bytes | None:
         return None
 
 
+@pytest.mark.expect_log('untrusted project')
 def test_installed_skills_live_in_the_mount(tmp_path, pkg_registry, mount_factory):
     m = mount_factory(None)
     sb = Sandbox(tmp_path / "sb", pkg_registry)

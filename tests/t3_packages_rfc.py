@@ -17,6 +17,9 @@ from tests.mountutil import needs_fuse, wait_for
 from tests.pkgutil import Sandbox, snapshot
 from tests.rfc_registry import RfcRegistry, file_digest, rfc_skill_digest, tar_gz_of, zip_of
 
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = pytest.mark.expect_log('untrusted project')
+
 
 def md(name: str, declared: str | None = None, body: str = "") -> bytes:
     return (f"---\nname: {declared or name}\ndescription: The {name} skill, for tests.\n---\n"

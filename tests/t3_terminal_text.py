@@ -13,6 +13,9 @@ from rnixfs.textsafe import Column, block, clean, json_text, one_line, table, tr
 from tests.mountutil import RNIXFS, needs_fuse, scripted_providers, sh, wait_for
 from tests.t2_skills_cli import HOSTILE, assert_terminal_safe, yaml_quoted
 
+# hostile or untrusted project content: the daemon warns, as it should
+pytestmark = pytest.mark.expect_log('untrusted project')
+
 # --------------------------------------------------------------------- textsafe
 
 
@@ -106,6 +109,7 @@ def test_ps_show_status_escape_untrusted_text(mount_factory, scripted_server):
 
 @needs_fuse
 @pytest.mark.mount
+@pytest.mark.expect_log('skipped skill', 'untrusted project', 'name mismatch')
 def test_skill_referenced_by_frontmatter_name_and_xattrs_show_both(mnt):
     d = mnt.p("skills/dir-a")
     assert sh(f'mkdir "{d}" && printf -- "---\\nname: alpha\\ndescription: A.\\n---\\nAlpha body.\\n"'

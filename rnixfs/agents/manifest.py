@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import limits
 from ..fileio import NotRegularFile, ScopeEscape, read_in_scope
 
 AGENT_FILE = "agent.yaml"
@@ -30,9 +31,6 @@ MAX_AGENT_YAML_BYTES = 256 << 10
 MAX_INSTRUCTIONS_BYTES = 1 << 20
 DEFAULT_STEP_TIMEOUT = "5m"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-MAX_DURATION = 7 * 24 * 3600
 
 
 class _AgentLoader(yaml.SafeLoader):
@@ -121,18 +119,12 @@ class AgentManifest:
 
 
 def parse_duration(value, what: str = "step_timeout") -> float:
-    """Seconds from ``"10m"``/``"30s"``/``"1h"``/``"500ms"``/a number; ``"0"`` = off."""
-    if isinstance(value, bool) or value is None:
-        raise AgentError(f"{what} must be a duration like 30s or 10m, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise AgentError(f"{what} must be a duration like 30s or 10m, got {value!r}"[:200])
-    if not 0 <= seconds <= MAX_DURATION:
-        raise AgentError(f"{what} must be between 0 and 7 days, got {value!r}")
-    return seconds
+    """Seconds from ``"10m"``/``"30s"``/``"1h"``/``"500ms"``/a number; ``"0"`` = off
+    (``rnixfs.limits.parse_duration``, raising AgentError)."""
+    try:
+        return limits.parse_duration(value, what)
+    except limits.DurationError as exc:
+        raise AgentError(str(exc)) from None
 
 
 def _str(v, key: str) -> str:

@@ -6,6 +6,8 @@ no bookkeeping, and an inode never points at a different object.
 """
 from __future__ import annotations
 
+from ..kernel.procfs import FILES
+
 ROOT = 1
 PROC = 2
 DEV = 3
@@ -24,9 +26,10 @@ PID_BASE = 1 << 20
 FD_BASE = 1 << 52
 MAX_FD = 4096
 
-PROC_FILES = ("status", "intent", "context", "trace", "events", "ctl", "result", "wait", "fd", "plan")
+PROC_FILES = FILES  # the names in proc/<pid>/, kernel/procfs.py
 K_DIR = 0
 K = {name: i + 1 for i, name in enumerate(PROC_FILES)}
+NAMES = {k: name for name, k in K.items()}
 
 
 def pid_ino(pid: int, k: int = K_DIR) -> int:

@@ -16,7 +16,6 @@ import stat
 import pyfuse3
 
 from ..devices.mcp.device import McpDevices, file_name, tool_for_file
-from ..kernel.errors import SyscallError
 from . import inodes
 from .inodemap import InodeMap
 
@@ -147,7 +146,3 @@ class McpTree:
 
     def forget(self, inode: int, count: int) -> None:
         self.inodes.forget(inode, count)
-
-
-def syscall_errno(exc: SyscallError) -> pyfuse3.FUSEError:
-    return pyfuse3.FUSEError(exc.errno)

@@ -25,8 +25,13 @@ def mount_options(*, allow_other: bool = False) -> set[str]:
     return opts
 
 
+_ops: Operations | None = None  # the mounted filesystem (one per process)
+
+
 def init(ops: Operations, mountpoint: str, *, allow_other: bool = False) -> None:
+    global _ops
     pyfuse3.init(ops, os.fspath(mountpoint), mount_options(allow_other=allow_other))
+    _ops = ops
 
 
 async def serve() -> None:
@@ -39,4 +44,8 @@ def terminate() -> None:
 
 
 def close(*, unmount: bool) -> None:
+    global _ops
+    if _ops is not None:
+        _ops.end_session()  # no cache notification may race the close
+        _ops = None
     pyfuse3.close(unmount=unmount)

@@ -1,7 +1,10 @@
 """The FUSE protocol adapter: inodes, handles, errnos and cache policy.
 
-No agent logic lives here (docs/architecture.md): every request is translated into
-a kernel or device call, and every SyscallError into its errno.
+No agent logic lives here (docs/architecture.md, "The FUSE adapter"): every
+request is routed to a kernel or device call (what a proc/ file holds is
+kernel/procfs.py's answer, a proc/new write kernel/spawnwriter.py's), every
+open becomes one handle of its kind (handles.py), and every exception one
+errno (errnos.py).
 """
 from __future__ import annotations
 
@@ -12,34 +15,36 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from typing import Callable
 
 import pyfuse3
 import trio
 
+from ..devices.fs import FsError
 from ..devices.llm.conversation import Conversation
 from ..devices.mcp.device import ToolCall, tool_for_file
 from ..kernel import request as spawn_request
-from ..kernel.errors import Code, SyscallError
+from ..kernel.procfs import KINDS, WRITABLE, Kind, ProcFiles
 from ..kernel.process import Process
+from ..kernel.spawnwriter import SpawnWriter
 from . import inodes
+from .errnos import guard_handlers
+from .handles import (BytesHandle, ContextHandle, ConversationHandle, CtlHandle, DirHandle, Handle, McpCtlHandle,
+                      RealFileHandle, ShellHandle, SpawnHandle, StreamHandle, WaitHandle)
 from .mcptree import McpTree
-from .passthrough import Passthrough, Tree, pread, pwrite
-from .workspace import WS_BASE, WorkspaceFS
-from .signals import POLL_INTERVAL, reader_interrupted
+from .realfiles import CatalogTree, PlainDir, RealFiles, Tree
+from .signals import Waits
 
 log = logging.getLogger(__name__)
 
-# Cache policy (README.md, "Cache policy"), in seconds.
-STATIC_TIMEOUT = 60.0  # fixed directories and immutable files
+# Cache policy (docs/architecture.md, "proc/ files and their cache policy"), in seconds.
+STATIC_TIMEOUT = 60.0  # fixed directories, immutable files, a zombie's files
 ENTRY_TIMEOUT = 1.0  # names that can disappear (reaped processes)
-SNAPSHOT_TIMEOUT = 0.5  # status/context: size is a hint, reads are direct_io
-LIVE_TIMEOUT = 0.0  # trace/events/wait: the size must be fresh for tail -f
-
-WRITABLE = {inodes.K["ctl"], inodes.K["context"]}
-SNAPSHOT = {inodes.K["status"], inodes.K["intent"], inodes.K["context"], inodes.K["ctl"], inodes.K["result"], inodes.K["plan"]}
-CTL_HELP = b"term kill killtree pause resume reap\n"
+SNAPSHOT_TIMEOUT = 0.5  # live status/context: size is a hint, reads are direct_io
+LIVE_TIMEOUT = 0.0  # live trace/events/wait: the size must be fresh for tail -f
+INVALIDATE_EVERY = 0.05  # seconds: kernel cache invalidations are batched this often
 # proc/new, dev/llm/*, dev/shell run things as the daemon's user: only that
 # user may open them (default_permissions enforces it, even with allow_other)
 WRITE_MODE = 0o600
@@ -48,40 +53,13 @@ WRITE_MODE = 0o600
 PROC_DIR_MODE = 0o500
 PROC_FILE_MODE = 0o400
 PROC_WRITE_MODE = 0o600
-MAX_STEER_BYTES = 64 * 1024
 XATTR_DAEMON = b"user.rnixfs.daemon"
+XATTR_NAMESPACE = b"user."  # the only one served (docs/architecture.md, "Extended attributes")
 TREE_INODES = {"skills": inodes.SKILLS, "agents": inodes.AGENTS}
-
-
-class Handle:
-    __slots__ = ("kind", "proc", "k", "data", "caller", "out", "cursor", "conv", "pending", "fd", "ino",
-                 "ppid", "uid", "gid")
-
-    def __init__(self, kind: str, *, proc: Process | None = None, k: int = 0,
-                 data: bytes = b"", caller: int = 0, conv: Conversation | None = None):
-        self.kind = kind
-        self.proc = proc
-        self.k = k
-        self.data = data
-        self.caller = caller
-        self.out = bytearray()
-        self.cursor = 0
-        self.conv = conv
-        self.pending = bytearray()  # proc/new: bytes of a request not yet complete
-        self.fd = -1  # skills/, agents/: the real file's descriptor
-        self.ino = 0
-        self.ppid = 0  # proc/new: the agent whose Bash command opened it
-        self.uid, self.gid = os.getuid(), os.getgid()  # the opener (set from ctx)
-
-
-# A refused request is the caller's business (it gets the errno and the reason
-# in the file or trace): INFO. Only the daemon's own failures are warnings.
-_DAEMON_FAULTS = (Code.INTERNAL, Code.NO_SPACE, Code.READ_ONLY)
-
-
-def fuse_error(exc: SyscallError) -> pyfuse3.FUSEError:
-    log.log(logging.WARNING if exc.code in _DAEMON_FAULTS else logging.INFO, "%s", exc)
-    return pyfuse3.FUSEError(exc.errno)
+# inode numbers of real files: one range per tree (fuse/realfiles.py)
+REAL_BASE = {"skills": 1 << 44, "agents": (1 << 44) + (1 << 42), "dev/fs": 1 << 45}
+REAL_MIN = min(REAL_BASE.values())
+REAL_TOPS = frozenset({inodes.SKILLS, inodes.AGENTS, inodes.DEV_FS})
 
 
 class Operations(pyfuse3.Operations):
@@ -92,12 +70,20 @@ class Operations(pyfuse3.Operations):
     def __init__(self, kernel, providers, nursery: trio.Nursery, *,
                  daemon_info: Callable[[], dict], max_blocking: int,
                  trees: dict[str, Tree] | None = None, workspace=None,
-                 shell_session: Callable[[], object] | None = None, mcp=None):
+                 shell_session: Callable[[], object] | None = None, mcp=None,
+                 procfiles: ProcFiles | None = None):
+        """``procfiles``: the ProcFiles whose ``changed`` is the kernel's
+        ``on_change`` hook (without it, a zombie's cached pages are not
+        invalidated when it is reparented)."""
         super().__init__()
         self.mcp = McpTree(mcp, self._attr) if mcp is not None else None
         self.trees = {name: tree for name, tree in (trees or {}).items() if name in TREE_INODES}
-        self.pt = Passthrough({TREE_INODES[n]: (n, t) for n, t in self.trees.items()}, self._attr)
-        self.wsfs = WorkspaceFS(workspace, self._attr) if workspace is not None else None
+        self.real = [RealFiles(TREE_INODES[n], REAL_BASE[n], CatalogTree(n, t), self._attr)
+                     for n, t in self.trees.items()]
+        self.wsfs = None
+        if workspace is not None:
+            self.wsfs = RealFiles(inodes.DEV_FS, REAL_BASE["dev/fs"], PlainDir(workspace), self._attr)
+            self.real.append(self.wsfs)
         self.shell_session = shell_session
         self.kernel = kernel
         self.providers = providers
@@ -106,11 +92,43 @@ class Operations(pyfuse3.Operations):
         self.llm_names = sorted(providers.names())[: inodes.LLM_MAX]
         self._fh = itertools.count(1)
         self.handles: dict[int, Handle] = {}
-        self._waits: set[trio.CancelScope] = set()
+        self.dirs: dict[int, DirHandle] = {}
         self.uid, self.gid = os.getuid(), os.getgid()
-        self.slots = BlockingSlots(max_blocking, owner=self.uid)
+        self.waits = Waits(max_blocking, owner=self.uid)
+        self.slots = self.waits.slots
         self.owners: dict[int, tuple[int, int]] = {}  # pid -> (uid, gid) of its spawner
         self.mounted_ns = time.time_ns()
+        self.files = procfiles if procfiles is not None else ProcFiles()
+        self._live_attr: dict[int, float] = {}  # inode -> until when the kernel may cache its live size
+        self._session = False  # FUSE_INIT seen and not closed: the kernel's caches can be told
+        self._notify_lock = threading.Lock()  # held while a thread tells them
+        nursery.start_soon(self._invalidator)
+
+    def init(self) -> None:
+        self._session = True
+
+    def end_session(self) -> None:
+        """The FUSE session is closing: no more notifications (waits for one
+        in flight, so the session is never closed under it)."""
+        with self._notify_lock:
+            self._session = False
+
+    def _invalidate(self, names: list[bytes], inos: list[int], attr_only: bool) -> None:
+        """In a thread: forget reaped names and cached attributes/pages. An
+        inode the kernel no longer knows answers ENOENT: nothing to do."""
+        with self._notify_lock:
+            if not self._session:
+                return
+            for name in names:
+                try:
+                    pyfuse3.invalidate_entry(inodes.PROC, name)
+                except OSError:
+                    pass
+            for ino in inos:
+                try:
+                    pyfuse3.invalidate_inode(ino, attr_only)
+                except OSError:
+                    pass
 
     # -- attributes ----------------------------------------------------------------
     def _attr(self, ino: int, mode: int, *, size: int = 0, timeout: float = STATIC_TIMEOUT,
@@ -132,20 +150,21 @@ class Operations(pyfuse3.Operations):
 
     def _real(self, inode: int):
         """The backend of a real-file inode (skills/, agents/, dev/fs), or None."""
-        if self.pt.owns(inode):
-            return self.pt
-        if self.wsfs is not None and self.wsfs.owns(inode):
-            return self.wsfs
+        if inode < REAL_MIN and inode not in REAL_TOPS:
+            return None  # proc/, dev/ (the common case: no table to ask)
+        for real in self.real:
+            if real.owns(inode):
+                return real
         return None
 
     def _unlinked_attr(self, inode: int) -> pyfuse3.EntryAttributes | None:
-        """fstat of a dev/fs file removed while still open (its name is gone,
+        """fstat of a real file removed while still open (its name is gone,
         its open descriptor is not: a temp file's usual life)."""
-        if self.wsfs is None or inode < WS_BASE:
+        if inode < REAL_MIN:
             return None
         for h in self.handles.values():
-            if h.kind == "real" and h.ino == inode and h.fd >= 0:
-                return self.wsfs.from_fd(inode, h.fd)
+            if isinstance(h, RealFileHandle) and h.ino == inode and h.fd >= 0:
+                return h.files.from_fd(inode, h.fd)
         return None
 
     def _proc(self, pid: int) -> Process:
@@ -170,61 +189,67 @@ class Operations(pyfuse3.Operations):
         self.owners[pid] = owner
 
     def _proc_attr(self, proc: Process, k: int) -> pyfuse3.EntryAttributes:
+        """Attributes of proc/<pid>/ and its files. A zombie's never change
+        (long timeouts; the pid is watched so a reparent or reap still
+        reaches the kernel's cache); a live snapshot's size may be cached
+        for SNAPSHOT_TIMEOUT, a live stream's not at all."""
         ino = inodes.pid_ino(proc.pid, k)
-        created = int(proc.created * 1e9)
+        name = inodes.NAMES.get(k)
+        if name is None and k != inodes.K_DIR:
+            raise pyfuse3.FUSEError(errno.ENOENT)  # a number no file of proc/<pid>/ has
         owner = self.owner(proc)
-        if k in (inodes.K_DIR, inodes.K["fd"]):
-            return self._attr(ino, stat.S_IFDIR | PROC_DIR_MODE, timeout=ENTRY_TIMEOUT, ns=created,
-                              owner=owner)
-        file_mode = stat.S_IFREG | PROC_FILE_MODE
-        if k == inodes.K["intent"]:
-            return self._attr(ino, file_mode, size=len(proc.intent.encode()) + 1,
-                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=created, owner=owner)
-        if k == inodes.K["result"] and not proc.alive:
-            ns = int((proc.exited or proc.created) * 1e9)
-            return self._attr(ino, file_mode, size=len(self._render(proc, k)),
-                              timeout=STATIC_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=ns, owner=owner)
-        if k == inodes.K["trace"]:
-            return self._attr(ino, file_mode, size=len(proc.trace),
-                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
-        if k == inodes.K["events"]:
-            return self._attr(ino, file_mode, size=len(proc.events),
-                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
-        if k == inodes.K["wait"]:
-            size = 0 if proc.alive else len(proc.wait_line())
-            return self._attr(ino, file_mode, size=size,
-                              timeout=LIVE_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
-        mode = PROC_WRITE_MODE if k in WRITABLE else PROC_FILE_MODE
-        return self._attr(ino, stat.S_IFREG | mode, size=len(self._render(proc, k)),
-                          timeout=SNAPSHOT_TIMEOUT, entry_timeout=ENTRY_TIMEOUT, ns=time.time_ns(), owner=owner)
+        frozen = self.files.frozen(proc, name)
+        if frozen:
+            self.files.watch(proc.pid)
+        created = int(proc.created * 1e9)
+        if k == inodes.K_DIR or name == "fd":
+            return self._attr(ino, stat.S_IFDIR | PROC_DIR_MODE, ns=created, owner=owner,
+                              timeout=STATIC_TIMEOUT if frozen else ENTRY_TIMEOUT)
+        mode = stat.S_IFREG | (PROC_WRITE_MODE if name in WRITABLE else PROC_FILE_MODE)
+        size = self.files.size(proc, name)
+        if frozen:
+            ns = created if name == "intent" else int((proc.exited or proc.created) * 1e9)
+            return self._attr(ino, mode, size=size, timeout=STATIC_TIMEOUT, ns=ns, owner=owner)
+        if KINDS[name] is Kind.SNAPSHOT:
+            self._live_attr[ino] = time.monotonic() + SNAPSHOT_TIMEOUT
+            self.files.watch(proc.pid)
+            timeout = SNAPSHOT_TIMEOUT
+        else:
+            timeout = LIVE_TIMEOUT
+        return self._attr(ino, mode, size=size, timeout=timeout, entry_timeout=ENTRY_TIMEOUT,
+                          ns=time.time_ns(), owner=owner)
 
-    def _render(self, proc: Process, k: int) -> bytes:
-        if k == inodes.K["status"]:
-            return (json.dumps(proc.status(), indent=2, ensure_ascii=False) + "\n").encode()
-        if k == inodes.K["intent"]:
-            return (proc.intent + "\n").encode()
-        if k == inodes.K["context"]:
-            lines = [json.dumps(m, ensure_ascii=False) for m in proc.messages]
-            lines += [json.dumps({"role": "user", "content": t, "pending": True}, ensure_ascii=False)
-                      for t in proc.pending_input]
-            return ("\n".join(lines) + "\n").encode() if lines else b""
-        if k == inodes.K["ctl"]:
-            return CTL_HELP
-        if k == inodes.K["result"]:
-            if proc.alive or proc.result is None:
-                return b""
-            return proc.result.encode() + (b"" if proc.result.endswith("\n") else b"\n")
-        if k == inodes.K["plan"]:  # agent.yaml planning: true; empty until the plan step answered
-            if not proc.plan:
-                return b""
-            return proc.plan.encode() + (b"" if proc.plan.endswith("\n") else b"\n")
-        raise pyfuse3.FUSEError(errno.EIO)
+    async def _fresh_size(self, ino: int) -> None:
+        """A file about to be page-cached whose live size the kernel may still
+        hold: drop that attribute first, or reads would stop at the old size."""
+        until = self._live_attr.pop(ino, None)
+        if len(self._live_attr) > 4096:
+            now = time.monotonic()
+            self._live_attr = {i: t for i, t in self._live_attr.items() if t > now}
+        if until is not None and until > time.monotonic() and self._session:
+            await trio.to_thread.run_sync(self._invalidate, [], [ino], True)
+
+    async def _invalidator(self) -> None:
+        """Tell the kernel's caches what changed: a watched process's files
+        (pages and attributes), and the names of reaped ones. Batched, in a
+        thread, never awaited by a request (docs/architecture.md)."""
+        while True:
+            pids = await self.files.next_changes()
+            if not self._session:
+                continue
+            names, inos = [], []
+            for pid in pids:
+                if pid not in self.kernel.table:
+                    names.append(str(pid).encode())
+                inos += [inodes.pid_ino(pid, k) for k in range(len(inodes.PROC_FILES) + 1)]
+            await trio.to_thread.run_sync(self._invalidate, names, inos, False)
+            await trio.sleep(INVALIDATE_EVERY)
 
     async def getattr(self, inode, ctx=None):
         if (real := self._real(inode)) is not None:
             try:
                 return real.getattr(inode)
-            except pyfuse3.FUSEError as exc:
+            except (pyfuse3.FUSEError, FsError) as exc:
                 if exc.errno != errno.ENOENT or (attr := self._unlinked_attr(inode)) is None:
                     raise
                 return attr
@@ -266,7 +291,7 @@ class Operations(pyfuse3.Operations):
         if fields.update_size and attr.st_size != 0:
             raise pyfuse3.FUSEError(errno.EINVAL)
         kind, a, b = inodes.decode(inode)
-        if inode in (inodes.PROC_NEW, inodes.DEV_SHELL) or kind == "llm" or (kind == "pid" and b in WRITABLE):
+        if inode in (inodes.PROC_NEW, inodes.DEV_SHELL) or kind == "llm" or (kind == "pid" and inodes.NAMES.get(b) in WRITABLE):
             return await self.getattr(inode, ctx)
         raise pyfuse3.FUSEError(errno.EACCES)
 
@@ -343,15 +368,16 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return device.encode()
 
-    async def opendir(self, inode, ctx):
+    async def _check_dir(self, inode: int) -> None:
+        """ENOTDIR (or ENOENT) unless ``inode`` is a directory."""
         if (real := self._real(inode)) is not None:
             if not stat.S_ISDIR(real.getattr(inode).st_mode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
-            return inode
+            return
         if self.mcp is not None and self.mcp.owns(inode):
             if not await self.mcp.is_dir(inode):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
-            return inode
+            return
         kind, a, b = inodes.decode(inode)
         if kind == "pid":
             self._proc(a)
@@ -359,10 +385,18 @@ class Operations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.ENOTDIR)
         elif inode != inodes.PROC and self._children(inode) is None:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        return inode
+
+    async def opendir(self, inode, ctx):
+        await self._check_dir(inode)
+        fh = next(self._fh)
+        self.dirs[fh] = DirHandle(inode)
+        return fh
 
     async def readdir(self, fh, start_id, token):
-        inode = fh
+        h = self.dirs.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        inode = h.inode
         if (real := self._real(inode)) is not None:
             return real.readdir(inode, start_id, token)
         if self.mcp is not None and self.mcp.owns(inode):
@@ -409,48 +443,76 @@ class Operations(pyfuse3.Operations):
                 return
 
     # -- open / read / write ---------------------------------------------------------------
-    def _new_handle(self, handle: Handle, *, direct_io=True, keep_cache=False, nonseekable=False):
+    def _new_handle(self, handle: Handle) -> pyfuse3.FileInfo:
         fh = next(self._fh)
         self.handles[fh] = handle
-        return pyfuse3.FileInfo(fh=fh, direct_io=direct_io, keep_cache=keep_cache, nonseekable=nonseekable)
+        return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache,
+                                nonseekable=handle.nonseekable)
+
+    def _handle(self, fh: int) -> Handle:
+        h = self.handles.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        return h
 
     async def open(self, inode, flags, ctx):
         if (real := self._real(inode)) is not None:
-            h = Handle("real")
-            h.fd, h.ino = real.open(inode, flags), inode
+            fd = real.open(inode, flags)
             # a hard-linked file may have changed through another name: no stale pages
-            shared = real is self.wsfs and os.fstat(h.fd).st_nlink > 1
-            return self._new_handle(h, direct_io=False, keep_cache=not shared)
+            shared = real.policy.hard_links and os.fstat(fd).st_nlink > 1
+            return self._new_handle(RealFileHandle(fd, inode, real, shared=shared).opened_by(ctx))
         if self.mcp is not None and self.mcp.owns(inode):
             return await self._open_mcp(inode, flags, ctx)
         if inode == inodes.DEV_SHELL and self.shell_session is not None:
-            h = _opened(Handle("shell", caller=ctx.pid), ctx)
-            h.conv = self.shell_session()
-            return self._new_handle(h, nonseekable=True)
+            return self._new_handle(ShellHandle(self.shell_session(), self.waits).opened_by(ctx))
         kind, a, b = inodes.decode(inode)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY
         if inode == inodes.PROC_NEW:
-            h = _opened(Handle("new", caller=ctx.pid), ctx)
-            h.ppid = self.kernel.agent_of(ctx.pid) or 0
-            return self._new_handle(h, nonseekable=True)
+            return self._new_handle(self._spawn_handle(ctx))
         if kind == "llm":
             if a >= len(self.llm_names):
                 raise pyfuse3.FUSEError(errno.ENOENT)
             name = self.llm_names[a]
             conv = Conversation(self.providers.get(name), self.nursery, f"/dev/llm/{name}")
-            return self._new_handle(_opened(Handle("llm", caller=ctx.pid, conv=conv), ctx), nonseekable=True)
+            return self._new_handle(ConversationHandle(conv, self.waits).opened_by(ctx))
         if kind != "pid" or b in (inodes.K_DIR, inodes.K["fd"]):
             raise pyfuse3.FUSEError(errno.EISDIR if kind != "fd" else errno.ELOOP)
-        proc = self._proc(a)
-        if writing and b not in WRITABLE:
+        name = inodes.NAMES.get(b)
+        if name is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._new_handle((await self._open_proc(self._proc(a), name, writing)).opened_by(ctx))
+
+    async def _open_proc(self, proc: Process, name: str, writing: bool) -> Handle:
+        """A proc/<pid>/ file: page-cached once frozen (a zombie's, the
+        intent), else direct_io so every read is fresh."""
+        if writing and name not in WRITABLE:
             raise pyfuse3.FUSEError(errno.EACCES)
-        if b in SNAPSHOT:
-            data = b"" if writing else self._render(proc, b)
-            cached = b == inodes.K["intent"] or (b == inodes.K["result"] and not proc.alive)
-            return self._new_handle(Handle("file", proc=proc, k=b, data=data),
-                                    direct_io=not cached, keep_cache=cached)
-        kind = "wait" if b == inodes.K["wait"] else "stream"
-        return self._new_handle(_opened(Handle(kind, proc=proc, k=b, caller=ctx.pid), ctx))
+        cached = self.files.frozen(proc, name) and not writing
+        if cached:
+            await self._fresh_size(inodes.pid_ino(proc.pid, inodes.K[name]))
+            self.files.watch(proc.pid)
+        kind = KINDS[name]
+        if kind is Kind.STREAM:
+            return StreamHandle(proc, name, cached=cached)
+        if kind is Kind.WAIT:
+            return WaitHandle(proc, self.waits, lambda: self.files.content(proc, "wait"), cached=cached)
+        data = b"" if writing else self.files.content(proc, name)
+        if name == "ctl":
+            return CtlHandle(data, self.kernel, proc.pid)
+        if name == "context":
+            h = ContextHandle(data, self.kernel, proc.pid)
+            h.direct_io, h.keep_cache = not cached, cached
+            return h
+        return BytesHandle(data, cached=cached)
+
+    def _spawn_handle(self, ctx) -> SpawnHandle:
+        """proc/new: its spawns belong to the opener, or to the agent whose
+        Bash command opened it (then the agent is their parent)."""
+        ppid = self.kernel.agent_of(ctx.pid) or 0
+        parent = self.kernel.table.get(ppid) if ppid else None
+        spawner = self.owner(parent) if parent is not None else (ctx.uid, ctx.gid)
+        writer = SpawnWriter(self.kernel, ppid=ppid, on_spawn=lambda proc: self._record_owner(proc.pid, spawner))
+        return SpawnHandle(writer).opened_by(ctx)
 
     async def _open_mcp(self, inode: int, flags: int, ctx):
         """dev/mcp files: snapshots (status, schema, resources, prompts), the
@@ -463,204 +525,30 @@ class Operations(pyfuse3.Operations):
         if writing and not attr.st_mode & stat.S_IWUSR:
             raise pyfuse3.FUSEError(errno.EACCES)
         if parts[1] == "ctl":
-            return self._new_handle(_opened(Handle("mcpctl", data=parts[0].encode()), ctx), nonseekable=True)
+            return self._new_handle(McpCtlHandle(self.mcp.devices, parts[0]).opened_by(ctx))
         if parts[1] == "tools" and parts[3] == "call":
             server = self.mcp.devices.get(parts[0])
             call = ToolCall(server, tool_for_file(server, parts[2]), self.nursery)
-            return self._new_handle(_opened(Handle("call", caller=ctx.pid, conv=call), ctx), nonseekable=True)
-        h = _opened(Handle("file", caller=ctx.pid), ctx)
-        h.data = await self._interruptible(h, lambda: self.mcp.snapshot(parts))
-        return self._new_handle(h)
-
-    async def _block_until(self, handle: Handle, ready: Callable[[], bool],
-                           changed: Callable[[], trio.Event]) -> None:
-        """Wait until ``ready()``; EINTR as soon as the caller has a signal."""
-        if ready():
-            return
-
-        async def until_ready():
-            while not ready():
-                await changed().wait()
-            return True
-
-        await self._interruptible(handle, until_ready)
-
-    async def _interruptible(self, handle: Handle, work):
-        """Run a read that may wait, in a cancel scope watched every
-        POLL_INTERVAL for a signal to the reader (and cancelled by
-        ``interrupt_all`` at shutdown): then it is EINTR."""
-        if not self.slots.acquire(handle.uid):
-            raise pyfuse3.FUSEError(errno.EAGAIN)
-        outcome: dict = {}
-        scope = trio.CancelScope()
-        self._waits.add(scope)
-        try:
-            with scope:
-                async with trio.open_nursery() as nursery:
-                    async def watch():
-                        while not reader_interrupted(handle.caller):
-                            await trio.sleep(POLL_INTERVAL)
-                        scope.cancel()
-
-                    async def run():
-                        try:
-                            outcome["value"] = await work()
-                        except Exception as exc:  # re-raised below, outside the nursery
-                            outcome["error"] = exc
-                        nursery.cancel_scope.cancel()
-
-                    nursery.start_soon(watch)
-                    nursery.start_soon(run)
-        finally:
-            self._waits.discard(scope)
-            self.slots.release(handle.uid)
-        if "error" in outcome:
-            raise outcome["error"]
-        if "value" in outcome:
-            return outcome["value"]
-        raise pyfuse3.FUSEError(errno.EINTR)
+            return self._new_handle(ConversationHandle(call, self.waits).opened_by(ctx))
+        data = await self.waits.interruptible(ctx.uid, ctx.pid, lambda: self.mcp.snapshot(parts))
+        return self._new_handle(BytesHandle(data).opened_by(ctx))
 
     def interrupt_all(self) -> None:
         """Shutdown: every waiting read answers EINTR now, so the FUSE loop
         can end (it waits for its handlers)."""
-        for scope in list(self._waits):
-            scope.cancel()
+        self.waits.interrupt_all()
 
     async def read(self, fh, off, size):
-        h = self.handles.get(fh)
-        if h is None:
-            raise pyfuse3.FUSEError(errno.EBADF)
-        if h.kind == "file":
-            return h.data[off:off + size]
-        if h.kind == "real":
-            try:
-                return await pread(h.fd, size, off)
-            except OSError as exc:
-                raise pyfuse3.FUSEError(exc.errno) from None
-        if h.kind == "stream":
-            buf = h.proc.trace if h.k == inodes.K["trace"] else h.proc.events
-            return bytes(buf[off:off + size])
-        if h.kind == "wait":
-            proc = h.proc
-            await self._block_until(h, lambda: proc.exited_event.is_set(), lambda: proc.exited_event)
-            return proc.wait_line().encode()[off:off + size]
-        if h.kind == "new":
-            if h.pending:
-                try:
-                    await self._complete(h)
-                except SyscallError as exc:
-                    log.warning("%s", exc)  # the reason is the next line read
-            data = bytes(h.out[h.cursor:h.cursor + size])
-            h.cursor += len(data)
-            return data
-        if h.kind == "shell":
-            try:
-                return await self._interruptible(h, lambda: h.conv.read(size))
-            except SyscallError as exc:
-                raise fuse_error(exc) from None
-        if h.kind in ("llm", "call"):
-            conv = h.conv
-            await self._block_until(h, conv.ready, lambda: conv.changed)
-            try:
-                return conv.take(size)
-            except SyscallError as exc:
-                raise fuse_error(exc) from None
-        raise pyfuse3.FUSEError(errno.EBADF)
+        return await self._handle(fh).read(off, size)
 
     async def write(self, fh, off, buf):
-        h = self.handles.get(fh)
-        if h is None:
-            raise pyfuse3.FUSEError(errno.EBADF)
-        if h.kind == "real":
-            try:
-                n = await pwrite(h.fd, buf, off)
-            except OSError as exc:
-                raise pyfuse3.FUSEError(exc.errno) from None
-            if self.pt.owns(h.ino):
-                self.pt.changed_after_write(h.ino)
-            return n
-        try:
-            if h.kind == "shell":
-                return h.conv.write(buf)
-            if h.kind == "new":
-                return await self._spawn_write(h, buf)
-            if h.kind in ("llm", "call"):
-                h.conv.send(buf)
-                return len(buf)
-            if h.kind == "mcpctl":
-                await self.mcp.devices.ctl(h.data.decode(), _text(buf, "command"))
-                return len(buf)
-            if h.kind == "file" and h.k == inodes.K["ctl"]:
-                await self.kernel.signal(h.proc.pid, _text(buf, "command"))
-                return len(buf)
-            if h.kind == "file" and h.k == inodes.K["context"]:
-                if len(buf) > MAX_STEER_BYTES:
-                    raise SyscallError(Code.TOO_BIG, f"message is {len(buf)} bytes; the cap is "
-                                       f"{MAX_STEER_BYTES}", syscall="Steer", pid=h.proc.pid)
-                text = _text(buf, "context text").strip()
-                if not text:
-                    raise SyscallError(Code.INVALID, "empty message", syscall="Steer")
-                await self.kernel.steer(h.proc.pid, text)
-                return len(buf)
-        except SyscallError as exc:
-            raise fuse_error(exc) from None
-        raise pyfuse3.FUSEError(errno.EBADF)
-
-    async def _spawn_write(self, h: Handle, buf: bytes) -> int:
-        h.pending += buf
-        if len(h.pending) > spawn_request.MAX_REQUEST_BYTES:
-            size = len(h.pending)
-            h.pending.clear()
-            reason = f"request is {size} bytes; the cap is {spawn_request.MAX_REQUEST_BYTES}"
-            if size > len(buf):
-                reason = f"request is over {size} bytes; the cap is {spawn_request.MAX_REQUEST_BYTES}"
-            h.out += f"error: {reason}\n".encode()
-            raise SyscallError(Code.TOO_BIG, reason, syscall="Spawn", device="/proc/new")
-        framing = spawn_request.framing(bytes(h.pending), len(buf))
-        if framing == "now":
-            await self._complete(h)
-        elif framing == "later":
-            await self._check_early(h)
-        return len(buf)
-
-    async def _check_early(self, h: Handle) -> None:
-        """A YAML request waits for its last line, but what is already wrong
-        fails this write (a missing intent may still come)."""
-        try:
-            req = spawn_request.parse(bytes(h.pending))
-        except SyscallError as exc:
-            h.pending.clear()
-            h.out += f"error: {exc.cause}\n".encode()
-            raise
-        if req.intent == bytes(h.pending).decode().strip():
-            return  # no "intent" yet: plain text so far
-        try:
-            await trio.to_thread.run_sync(self.kernel.check, req)
-        except SyscallError as exc:
-            h.pending.clear()
-            h.out += f"error: {exc.cause}\n".encode()
-            raise
-
-    async def _complete(self, h: Handle) -> None:
-        """Spawn from the pending bytes; one line back per request."""
-        data = bytes(h.pending)
-        h.pending.clear()
-        try:
-            proc = await self.kernel.spawn(spawn_request.parse(data), ppid=h.ppid)
-        except SyscallError as exc:
-            h.out += f"error: {exc.cause}\n".encode()
-            raise
-        parent = self.kernel.table.get(h.ppid) if h.ppid else None
-        self._record_owner(proc.pid, self.owner(parent) if parent is not None else (h.uid, h.gid))
-        h.out += f"{proc.pid}\n".encode()
+        return await self._handle(fh).write(off, buf)
 
     async def flush(self, fh):
         h = self.handles.get(fh)
-        if h is not None and h.kind == "new" and h.pending:
-            try:
-                await self._complete(h)
-            except SyscallError as exc:
-                raise fuse_error(exc) from None
+        if h is not None:
+            await h.flush()
+
 
     # Names under proc/ and dev/ are the kernel's: nothing is created, removed
     # or renamed there. skills/ and agents/ are real files.
@@ -668,49 +556,40 @@ class Operations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EACCES)
 
     async def symlink(self, parent_inode, name, target, ctx):
-        if self.pt.owns(parent_inode):
-            return self.pt.symlink(parent_inode, name, target)
-        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.symlink(parent_inode, name, target, ctx)
+        return real.symlink(parent_inode, name, target, ctx)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        if self.wsfs is None or not self.wsfs.owns(new_parent_inode):
+        real = self._real(new_parent_inode)
+        if real is None or not real.policy.hard_links:
             raise pyfuse3.FUSEError(errno.EACCES)
-        if not self.wsfs.owns(inode):
+        if not real.owns(inode):
             raise pyfuse3.FUSEError(errno.EXDEV)
-        entry = self.wsfs.link(inode, new_parent_inode, new_name)
+        entry = real.link(inode, new_parent_inode, new_name)
         # the old name's cached attributes (nlink, and soon size) are now stale;
         # told after this reply, outside the request that holds the inode
         self.nursery.start_soon(self._invalidate_attr, inode)
         return entry
 
     async def _invalidate_attr(self, inode: int) -> None:
-        try:
-            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
-        except OSError:  # forgotten meanwhile: nothing to refresh
-            pass
+        await trio.to_thread.run_sync(self._invalidate, [], [inode], True)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        if self.wsfs is None or not self.wsfs.owns(parent_inode):
+        if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        return self.wsfs.mknod(parent_inode, name, mode, ctx)
+        return real.mknod(parent_inode, name, mode, ctx)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        fd, attr = (real.create(parent_inode, name, mode, flags, ctx) if real is self.wsfs
-                    else real.create(parent_inode, name, mode, flags))
-        h = Handle("real")
-        h.fd, h.ino = fd, attr.st_ino
-        return self._new_handle(h, direct_io=False, keep_cache=True), attr
+        fd, attr = real.create(parent_inode, name, mode, flags, ctx)
+        return self._new_handle(RealFileHandle(fd, attr.st_ino, real).opened_by(ctx)), attr
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         if (real := self._real(parent_inode)) is None:
             raise pyfuse3.FUSEError(errno.EACCES)
-        if real is self.wsfs:
-            return real.mkdir(parent_inode, name, mode, ctx)
-        return real.mkdir(parent_inode, name, mode)
+        return real.mkdir(parent_inode, name, mode, ctx)
 
     async def unlink(self, parent_inode, name, ctx):
         if (real := self._real(parent_inode)) is None:
@@ -732,21 +611,16 @@ class Operations(pyfuse3.Operations):
 
     async def fsync(self, fh, datasync):
         h = self.handles.get(fh)
-        if h is not None and h.kind == "real":
-            await trio.to_thread.run_sync(os.fdatasync if datasync else os.fsync, h.fd)
+        if h is not None:
+            await h.fsync(datasync)
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)
-        if h is not None and h.kind == "shell":
-            with trio.CancelScope(shield=True):
-                await h.conv.aclose()
-        elif h is not None and h.conv is not None:
-            h.conv.close()
-        if h is not None and h.fd >= 0:
-            os.close(h.fd)
+        if h is not None:
+            await h.release()
 
     async def releasedir(self, fh):
-        pass
+        self.dirs.pop(fh, None)
 
     async def forget(self, inode_list):
         # proc/ and dev/ numbers are computed; real files' numbers are counted
@@ -758,10 +632,15 @@ class Operations(pyfuse3.Operations):
 
     # -- xattrs and statfs --------------------------------------------------------------
     async def getxattr(self, inode, name, ctx):
+        if not name.startswith(XATTR_NAMESPACE):
+            # no ACLs, no security labels anywhere in the mount: "not supported"
+            # (not "no such attribute") lets ls remember that for the whole
+            # filesystem instead of asking three times per entry
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         if inode == inodes.ROOT and name == XATTR_DAEMON:
             return json.dumps(self.daemon_info()).encode()
-        if self.pt.owns(inode):
-            value = self.pt.xattrs(inode).get(os.fsdecode(name))
+        if (real := self._real(inode)) is not None:
+            value = real.xattrs(inode).get(os.fsdecode(name))
             if value is not None:
                 return value
         raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
@@ -769,8 +648,8 @@ class Operations(pyfuse3.Operations):
     async def listxattr(self, inode, ctx):
         if inode == inodes.ROOT:
             return [XATTR_DAEMON]
-        if self.pt.owns(inode):
-            return [os.fsencode(k) for k in self.pt.xattrs(inode)]
+        if (real := self._real(inode)) is not None:
+            return [os.fsencode(k) for k in real.xattrs(inode)]
         return []
 
     async def statfs(self, ctx):
@@ -781,81 +660,4 @@ class Operations(pyfuse3.Operations):
         return s
 
 
-def _opened(h: Handle, ctx) -> Handle:
-    h.uid, h.gid = ctx.uid, ctx.gid
-    return h
-
-
-class BlockingSlots:
-    """Reads that wait hold one of ``total`` slots, counted per uid so one
-    user cannot take another's: the daemon's own user may use all but a
-    quarter, which is kept for other users (each at most a quarter of it)."""
-
-    def __init__(self, total: int, *, owner: int):
-        self.total, self.owner = total, owner
-        self.others_cap = total // 4
-        self.per_other = max(1, self.others_cap // 4) if self.others_cap else 0
-        self.held: dict[int, int] = {}
-        self.others = 0
-        self.mine = 0
-
-    def acquire(self, uid: int) -> bool:
-        if uid == self.owner:
-            if self.mine >= self.total - self.others_cap:
-                return False
-            self.mine += 1
-            return True
-        if self.others >= self.others_cap or self.held.get(uid, 0) >= self.per_other:
-            return False
-        self.others += 1
-        self.held[uid] = self.held.get(uid, 0) + 1
-        return True
-
-    def release(self, uid: int) -> None:
-        if uid == self.owner:
-            self.mine -= 1
-            return
-        self.others -= 1
-        self.held[uid] -= 1
-        if not self.held[uid]:
-            del self.held[uid]
-
-
-def _text(buf: bytes, what: str) -> str:
-    try:
-        return buf.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SyscallError(Code.INVALID, f"{what} is not UTF-8") from None
-
-
-def _guarded(name: str, fn):
-    """pyfuse3 ends its main loop on any exception but FUSEError: one bad
-    request must never unmount everyone, so map what leaks to an errno."""
-    import functools
-
-    @functools.wraps(fn)
-    async def handler(*args, **kwargs):
-        try:
-            return await fn(*args, **kwargs)
-        except (pyfuse3.FUSEError, trio.Cancelled):
-            raise
-        except SyscallError as exc:
-            raise fuse_error(exc) from None
-        except OSError as exc:
-            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
-        except RecursionError:
-            log.info("%s: input nested too deeply", name)
-            raise pyfuse3.FUSEError(errno.EINVAL) from None
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
-            log.exception("%s failed; answering EIO", name)
-            raise pyfuse3.FUSEError(errno.EIO) from None
-
-    return handler
-
-
-for _name, _fn in list(vars(Operations).items()):
-    if not _name.startswith("_") and callable(_fn) and getattr(_fn, "__code__", None) is not None \
-            and _fn.__code__.co_flags & 0x80:  # CO_COROUTINE: the FUSE handlers
-        setattr(Operations, _name, _guarded(_name, _fn))
+guard_handlers(Operations)

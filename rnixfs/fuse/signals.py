@@ -7,8 +7,13 @@ and Ctrl-C").
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
+from typing import Callable
+
+import pyfuse3
+import trio
 
 POLL_INTERVAL = 0.1  # seconds; keeps EINTR well under the 200 ms promise
 
@@ -81,3 +86,98 @@ def reader_interrupted(opener: int, depth: int = 4) -> bool:
                 return True
         level = [c for pid in level for c in tree.get(pid, [])]
     return False
+
+
+class BlockingSlots:
+    """Reads that wait hold one of ``total`` slots, counted per uid so one
+    user cannot take another's: the daemon's own user may use all but a
+    quarter, which is kept for other users (each at most a quarter of it)."""
+
+    def __init__(self, total: int, *, owner: int):
+        self.total, self.owner = total, owner
+        self.others_cap = total // 4
+        self.per_other = max(1, self.others_cap // 4) if self.others_cap else 0
+        self.held: dict[int, int] = {}
+        self.others = 0
+        self.mine = 0
+
+    def acquire(self, uid: int) -> bool:
+        if uid == self.owner:
+            if self.mine >= self.total - self.others_cap:
+                return False
+            self.mine += 1
+            return True
+        if self.others >= self.others_cap or self.held.get(uid, 0) >= self.per_other:
+            return False
+        self.others += 1
+        self.held[uid] = self.held.get(uid, 0) + 1
+        return True
+
+    def release(self, uid: int) -> None:
+        if uid == self.owner:
+            self.mine -= 1
+            return
+        self.others -= 1
+        self.held[uid] -= 1
+        if not self.held[uid]:
+            del self.held[uid]
+
+
+class Waits:
+    """Reads that may wait (README.md, "Blocking reads and Ctrl-C"): each
+    holds a slot, runs in a cancel scope watched every POLL_INTERVAL for a
+    signal to its caller (then it is EINTR), and ends at shutdown."""
+
+    def __init__(self, max_blocking: int, *, owner: int):
+        self.slots = BlockingSlots(max_blocking, owner=owner)
+        self._scopes: set[trio.CancelScope] = set()
+
+    async def interruptible(self, uid: int, caller: int, work):
+        if not self.slots.acquire(uid):
+            raise pyfuse3.FUSEError(errno.EAGAIN)
+        outcome: dict = {}
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    async def watch():
+                        while not reader_interrupted(caller):
+                            await trio.sleep(POLL_INTERVAL)
+                        scope.cancel()
+
+                    async def run():
+                        try:
+                            outcome["value"] = await work()
+                        except Exception as exc:  # re-raised below, outside the nursery
+                            outcome["error"] = exc
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(watch)
+                    nursery.start_soon(run)
+        finally:
+            self._scopes.discard(scope)
+            self.slots.release(uid)
+        if "error" in outcome:
+            raise outcome["error"]
+        if "value" in outcome:
+            return outcome["value"]
+        raise pyfuse3.FUSEError(errno.EINTR)
+
+    async def until(self, uid: int, caller: int, ready: Callable[[], bool],
+                    changed: Callable[[], trio.Event]) -> None:
+        """Wait until ``ready()``; EINTR as soon as the caller has a signal."""
+        if ready():
+            return
+
+        async def until_ready():
+            while not ready():
+                await changed().wait()
+            return True
+
+        await self.interruptible(uid, caller, until_ready)
+
+    def interrupt_all(self) -> None:
+        """Shutdown: every waiting read answers EINTR now."""
+        for scope in list(self._scopes):
+            scope.cancel()

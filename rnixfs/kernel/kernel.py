@@ -58,6 +58,7 @@ class Kernel:
         project: Path | None = None,
         planner: Callable[..., SpawnPlan] | None = None,
         limits: Limits | None = None,
+        on_change: Callable[[Process], object] | None = None,
     ):
         self.store = store
         self.providers = providers
@@ -67,6 +68,7 @@ class Kernel:
         self.planner = planner or bare_plan
         self.limits = limits or Limits()  # defaults for what neither request nor agent sets
         self.tracer = Tracer(store, self._committed)
+        self._on_change = on_change or (lambda proc: None)  # what proc/ shows changed (kernel/procfs.py)
         self.tools = None  # set by the daemon: tools.Tools over the devices
         self.host_pids: dict[int, int] = {}  # host pid of a running Bash command -> its agent
         self.table: dict[int, Process] = {}
@@ -137,10 +139,31 @@ class Kernel:
         plan.provider = provider
         return plan, driver, cwd
 
+    def _check_cached(self, req: SpawnRequest) -> tuple[SpawnPlan, object, str] | None:
+        """``check`` from the planner's cache, without touching the disk, or
+        None. A planner may offer ``cached`` (``catalog.PlanCache``)."""
+        cached = getattr(self.planner, "cached", None)
+        if cached is None or req.cwd is not None:  # a cwd is resolved on disk
+            return None
+        drivers = {n: self.providers.get(n).default_model for n in self.providers.names()}
+        plan = cached(req, default_provider=self.providers.default_name, driver_models=drivers,
+                      cwd=self.project)
+        if plan is None:
+            return None
+        provider = plan.provider or self.providers.default_name
+        try:
+            driver = self.providers.get(provider)
+        except KeyError:
+            return None  # check() says why
+        plan.provider = provider
+        return plan, driver, "."
+
     async def spawn(self, req: SpawnRequest, *, ppid: int = 0) -> Process:
         """Validate everything first, so a bad request spawns nothing."""
-        # resolving agents and skills reads the disk: not on the event loop
-        plan, driver, cwd = await trio.to_thread.run_sync(self.check, req)
+        # Resolving agents and skills reads the disk: not on the event loop,
+        # unless the planner has this plan already (a burst of spawns).
+        checked = self._check_cached(req)
+        plan, driver, cwd = checked or await trio.to_thread.run_sync(self.check, req)
         parent = self.table.get(ppid) if ppid else None
         if parent is None or not parent.alive:
             ppid, parent = 0, None
@@ -267,6 +290,8 @@ class Kernel:
         return str(target.relative_to(self.project)) or "."
 
     async def _next_pid(self) -> int:
+        if self._pids and not self._pid_lock.locked():
+            return self._pids.popleft()  # no checkpoint: a spawn burst never yields here
         async with self._pid_lock:
             if not self._pids:
                 block = await trio.to_thread.run_sync(self.store.reserve_pids, PID_BLOCK)
@@ -323,6 +348,7 @@ class Kernel:
         with trio.CancelScope(shield=True):
             await done.wait()
         proc.move_to(State.ZOMBIE)
+        self._on_change(proc)
         proc.exited_event.set()
         proc.trace_event.set()
         self._zombies.append((time.monotonic() + self.linger, proc.pid))
@@ -331,10 +357,12 @@ class Kernel:
     def checkpoint(self, proc: Process) -> None:
         """Queue the current status for the store (batched, off the loop)."""
         self.store.put_process(proc.status(), proc.result)
+        self._on_change(proc)
 
     def _committed(self, proc: Process, line: str, js: str) -> None:
         proc.trace += line.encode()
         proc.events += js.encode()
+        self._on_change(proc)
         proc.trace_event.set()
         proc.trace_event = trio.Event()
 
@@ -408,6 +436,7 @@ class Kernel:
         if not proc.alive:
             raise SyscallError(Code.NO_PROCESS, f"process {pid} has already exited", syscall="Steer", pid=pid)
         proc.pending_input.append(text)
+        self._on_change(proc)
         proc.input_event.set()
         proc.input_event = trio.Event()
 
@@ -419,6 +448,7 @@ class Kernel:
         if i < len(self._sorted) and self._sorted[i] == pid:
             del self._sorted[i]
         proc.move_to(State.DEAD)
+        self._on_change(proc)
         self.store.put_process(proc.status(), proc.result)
         if proc.ppid in self.table:
             self.table[proc.ppid].children.discard(pid)

@@ -19,6 +19,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from rnixfs.config import ProviderConfig, url_credentials
 from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
+from rnixfs.devices.llm.pool import StackTransport, env_proxy
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,21 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
         # Many agents share one client: keep enough idle connections for them
         # (httpx keeps 20), and let a request wait for a connection as long as
-        # the step allows (step_timeout governs, not the pool).
+        # the step allows (step_timeout governs, not the pool). The transport
+        # costs the same per request however many connections are open
+        # (pool.py); httpx's own pool scans them all on every request.
+        # httpx ignores proxy variables once it is given a transport: with a
+        # proxy configured in the environment, its own pool serves instead.
         timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout, pool=None)
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=128)
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
-        self._url = f"{cfg.base_url}/chat/completions"
+        transport = None if env_proxy() else StackTransport(max_connections=256, max_idle=128)
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits,
+                                         transport=transport)
+        self._url: httpx.URL | str = f"{cfg.base_url}/chat/completions"
+        try:
+            self._url = httpx.URL(self._url)  # parsed once, not on every request
+        except (httpx.InvalidURL, TypeError, ValueError):
+            pass  # each request then fails with the reason, as before
         # Longest first; scrubbed before any text is shortened, so a cut never
         # falls inside a secret and keeps its first characters.
         found = {cfg.api_key, *cfg.headers.values(), *url_credentials(cfg.base_url or "")}
@@ -145,18 +156,31 @@ class OpenAIProvider:
         attempts = self.cfg.max_retries + 1
         async with AsyncExitStack() as outer:
             try:
-                async for attempt in stamina.retry_context(
-                        on=self._backoff, attempts=attempts, timeout=None,
-                        wait_initial=self.cfg.retry_initial, wait_max=self.cfg.retry_max,
-                        wait_jitter=min(self.cfg.retry_initial, 1.0)):
-                    with attempt:
-                        try:
-                            chunks, pending = await self._open(body, outer)
-                        except _Retry as e:
-                            if attempt.num < attempts:
-                                log.info("%s: attempt %d/%d failed (%s); retrying",
-                                         self.name, attempt.num, attempts, e.cause)
-                            raise
+                # The first attempt runs without the retry machinery (its
+                # set-up was ~5 % of the daemon's time per request); a failure
+                # is handed to stamina as its first attempt, so backoff and
+                # Retry-After work exactly as if stamina had made it.
+                failed: _Retry | None = None
+                try:
+                    chunks, pending = await self._open(body, outer)
+                except _Retry as e:
+                    failed = e
+                if failed is not None:
+                    async for attempt in stamina.retry_context(
+                            on=self._backoff, attempts=attempts, timeout=None,
+                            wait_initial=self.cfg.retry_initial, wait_max=self.cfg.retry_max,
+                            wait_jitter=min(self.cfg.retry_initial, 1.0)):
+                        with attempt:
+                            try:
+                                if failed is not None:
+                                    e, failed = failed, None
+                                    raise e
+                                chunks, pending = await self._open(body, outer)
+                            except _Retry as e:
+                                if attempt.num < attempts:
+                                    log.info("%s: attempt %d/%d failed (%s); retrying",
+                                             self.name, attempt.num, attempts, e.cause)
+                                raise
             except _Retry as e:
                 cls = LLMTimeout if e.timeout else LLMError
                 raise self._error(f"gave up after {attempts} attempt(s): {e.cause}",
