@@ -156,10 +156,12 @@ def daemon_info(mnt: Path) -> dict:
     return json.loads(os.getxattr(mnt, XATTR))
 
 
-def mount_minimal(res: Resources, tmp: Path, name: str, entries: int, size: int) -> Path:
+def mount_minimal(res: Resources, tmp: Path, name: str, entries: int, size: int,
+                  script: str = "minimal_fs.py", flags: tuple[str, ...] = ()) -> Path:
+    """bench/minimal_fs.py (or a variant of it, e.g. minimal_variants.py --flush)."""
     mnt = tmp / name
     mnt.mkdir()
-    p = subprocess.Popen([sys.executable, str(REPO / "bench" / "minimal_fs.py"), str(mnt),
+    p = subprocess.Popen([sys.executable, str(REPO / "bench" / script), str(mnt), *flags,
                           "--entries", str(entries), "--size", str(size)],
                          stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     res.add_proc(p)

@@ -225,6 +225,42 @@ def check_agents(mnt: Path, pids: list[int], steps: int) -> dict:
             "examples": dict(list(bad.items())[:5])}
 
 
+def compare_many(fn_a, baselines: dict, rounds: int, per_round: int) -> dict:
+    """Like run.py's compare(), with several baselines in the same rounds (the
+    order rotates each round), so a disturbance on the machine hits every
+    side: {name: {rnixfs, minimal, ratio, ratio_per_round_median}}, all
+    ratios against the same rnixfs samples."""
+    import gc
+
+    sides = [("rnixfs", fn_a), *baselines.items()]
+    for _ in range(max(3, per_round // 10)):  # warm the dentry/attr/page caches
+        for _, fn in sides:
+            fn()
+    got: dict[str, list[float]] = {name: [] for name, _ in sides}
+    per_round_ratios: dict[str, list[float]] = {name: [] for name in baselines}
+    gc.disable()
+    try:
+        for r in range(rounds):
+            k = r % len(sides)
+            this = {}
+            for name, fn in sides[k:] + sides[:k]:
+                this[name] = [fn() for _ in range(per_round)]
+                got[name] += this[name]
+            for name in baselines:
+                per_round_ratios[name].append(statistics.median(this["rnixfs"]) / statistics.median(this[name]))
+    finally:
+        gc.enable()
+    a = bench_run.summary(got["rnixfs"])
+    out = {}
+    for name in baselines:
+        b = bench_run.summary(got[name])
+        out[name] = {"name": f"open+read+close vs minimal {name}", "rnixfs": a, "minimal": b,
+                     "ratio": round(a["median_us"] / b["median_us"], 2),
+                     "ratio_per_round_median": round(statistics.median(per_round_ratios[name]), 2),
+                     "rounds": rounds, "per_round": per_round}
+    return out
+
+
 def ms_pct(ns: list[int]) -> dict:
     s = sorted(ns)
     if not s:
@@ -233,9 +269,11 @@ def ms_pct(ns: list[int]) -> dict:
     return {"p50_ms": q(0.50), "p99_ms": q(0.99), "max_ms": round(s[-1] / 1e6, 3), "n": len(s)}
 
 
-def rnixfs_load(mnt: Path, dpid: int, srv: bench_agents.Server, n: int, tag: str, zombies_before: int,
-                profile: Profiler | None = None) -> dict:
-    """n agents spawned at once through one handle; done when all are zombies."""
+def rnixfs_load(mnt: Path, dpid: int, srv: bench_agents.Server, n: int, lead: int, tag: str,
+                zombies_before: int, profile: Profiler | None = None) -> dict:
+    """`lead` agents spawned first (their own handle); once their first
+    requests reached the server, n more spawned at once through ONE handle
+    (the timed spawn writes); done when all are zombies."""
     meter = DaemonCpu(dpid)
     live: list[int] = []
     done = threading.Event()
@@ -252,8 +290,17 @@ def rnixfs_load(mnt: Path, dpid: int, srv: bench_agents.Server, n: int, tag: str
     t0 = time.perf_counter()
     th.start()
     try:
+        lead_pids: list[int] = []
+        if lead:
+            lead_pids, _, _ = spawn_agents_timed(mnt, lead, f"{tag}-lead")
+            deadline = time.monotonic() + 60
+            while srv.stats()["requests"] < lead and time.monotonic() < deadline:
+                time.sleep(0.05)
+        c = bench_run.counts(mnt)
+        alive_at_burst = c.get("created", 0) + c.get("running", 0)
         pids, writes, write_s = spawn_agents_timed(mnt, n, tag)
-        t_end = bench_run.wait_all_zombie(mnt, zombies_before + n, timeout=max(600.0, n * 1.0),
+        pids = lead_pids + pids
+        t_end = bench_run.wait_all_zombie(mnt, zombies_before + len(pids), timeout=max(600.0, len(pids) * 1.0),
                                           last_pid=max(pids))
     finally:
         done.set()
@@ -261,7 +308,8 @@ def rnixfs_load(mnt: Path, dpid: int, srv: bench_agents.Server, n: int, tag: str
     cpu_d, cpu_s = meter.sample() - cpu_d, bench_run.cpu(srv.pid) - cpu_s
     prof = profile.stop() if profile else None
     st = srv.stats()
-    out = {"side": "rnixfs", "tag": tag, "agents": n, "wall_s": round(t_end - t0, 3),
+    out = {"side": "rnixfs", "tag": tag, "agents": len(pids), "wall_s": round(t_end - t0, 3),
+           "lead_agents": lead, "spawn_writes": n, "agents_alive_at_burst": alive_at_burst,
            "spawn_writes_s": round(write_s, 3), "spawn_writes_per_s": round(n / write_s, 1),
            "spawn_write_latency": ms_pct(writes),
            "live_agents_max": max(live, default=0),
@@ -324,6 +372,7 @@ def fill_proc(mnt: Path, dpid: int, target: int, zombies: int) -> tuple[dict, in
 def run(args) -> dict:
     quick = args.quick
     n = args.agents or (100 if quick else 1000)
+    lead = n // 5 if args.lead is None else args.lead
     target = args.processes or (1000 if quick else 10_000)
     rounds, per_round = (10, 200) if quick else (20, 500)
     ls_rounds = 3 if quick else 4
@@ -339,7 +388,7 @@ def run(args) -> dict:
                                         capture_output=True, text=True).stdout.strip(),
         "dirty": bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                      capture_output=True, text=True).stdout.strip())},
-        "config": {"agents": n, "requests_per_agent": REQUESTS, "server_delay_s": args.delay,
+        "config": {"agents": n + lead, "spawn_burst": n, "lead_agents": lead, "requests_per_agent": REQUESTS, "server_delay_s": args.delay,
                    "processes_for_ls": target, "profiled": bool(args.profile)}}
     res = bench_run.Resources()
     tmp = Path(tempfile.mkdtemp(prefix="rnixfs-bench-table-"))
@@ -371,12 +420,17 @@ def run(args) -> dict:
         bench_run.log(f"1. idle status ({size} bytes, served as {policy}) vs minimal files")
         st_out: dict = {"status_bytes": size, "rnixfs_policy": policy,
                         "minimal_policies": {k: cache_policy.policy(str(small / f)) for k, f in MINIMAL_FILE.items()}}
-        for pol, fname in MINIMAL_FILE.items():
-            mfile = str(small / fname)
-            st_out[pol] = bench_run.compare(f"open+read+close vs minimal {pol}", lambda: bench_run.orc(str(status)),
-                                            lambda: bench_run.orc(mfile), rounds, per_round)
+        # also the minimal of the same policy answering FLUSH, which rnixfs must (proc/new
+        # needs it): the plain minimal answers ENOSYS once and the kernel stops sending it
+        flush = bench_run.mount_minimal(res, tmp, "minimal-flush", 16, size, "minimal_variants.py", ("--flush",))
+        files = {pol: str(small / fname) for pol, fname in MINIMAL_FILE.items()}
+        files["flush_same_policy"] = str(flush / MINIMAL_FILE[policy])
+        st_out.update(compare_many(lambda: bench_run.orc(str(status)),
+                                   {k: (lambda f=f: bench_run.orc(f)) for k, f in files.items()},
+                                   rounds, per_round))
         st_out["ratio_same_policy"] = st_out[policy]["ratio"]
         st_out["ratio_vs_page_cache"] = st_out["page_cache"]["ratio"]
+        st_out["ratio_vs_flush_same_policy"] = st_out["flush_same_policy"]["ratio"]
         out["idle_status"] = st_out
 
         # 2. the load, with the stat loop running throughout.
@@ -402,9 +456,10 @@ def run(args) -> dict:
                 loop = stat_loop()
                 if side == "rnixfs":
                     prof = Profiler(res, dpid, Path(args.profile), args.profile_rate) if args.profile else None
-                    bench_run.log(f"round {r + 1}: {n} rnixfs agents × {REQUESTS} requests, one handle")
-                    p = rnixfs_load(mnt, dpid, srv, n, tag, zombies, prof)
-                    zombies += n
+                    bench_run.log(f"round {r + 1}: {lead} rnixfs agents, then {n} more on one handle, "
+                                  f"× {REQUESTS} requests")
+                    p = rnixfs_load(mnt, dpid, srv, n, lead, tag, zombies, prof)
+                    zombies += n + lead
                     p.pop("pids")
                     bodies = bench_agents.agent_bodies(srv.dump(tmp / "bodies.jsonl"), strict=False)
                     collect("agents_running", loop)
@@ -415,8 +470,9 @@ def run(args) -> dict:
                 else:
                     if not bodies:
                         raise RuntimeError("no complete agent conversation to replay")
-                    replay = [bodies[i % len(bodies)] for i in range(n)]
-                    bench_run.log(f"round {r + 1}: {n} plain httpx agents × {REQUESTS} requests, all at once")
+                    replay = [bodies[i % len(bodies)] for i in range(n + lead)]
+                    bench_run.log(f"round {r + 1}: {n + lead} plain httpx agents × {REQUESTS} requests, "
+                                  "all at once")
                     p = plain_load(srv, replay, workspace, tag)
                     collect("plain_running", loop)
                     bench_run.log(f"  plain: {p['wall_s']:.1f} s, CPU {p['cpu_s']:.2f} s "
@@ -472,7 +528,7 @@ def summarize_load(phases: list[dict]) -> dict:
         out["cpu_ratio"] = round(sides["rnixfs"]["cpu_ms_per_request"] / sides["plain"]["cpu_ms_per_request"], 2)
         out["wall_ratio"] = round(sides["rnixfs"]["wall_s"] / sides["plain"]["wall_s"], 2)
     rn = [p for p in phases if p["side"] == "rnixfs"]
-    out["spawn_writes_per_s"] = round(sum(p["agents"] for p in rn) / sum(p["spawn_writes_s"] for p in rn), 1)
+    out["spawn_writes_per_s"] = round(sum(p["spawn_writes"] for p in rn) / sum(p["spawn_writes_s"] for p in rn), 1)
     out["agents_not_clean"] = sum(p["agents_check"]["not_clean"] for p in rn)
     out["workers_max"] = max(p["workers_max"] for p in rn)
     return out
@@ -500,7 +556,9 @@ def summary(r: dict) -> dict:
         rows["cpu_per_request"] = {"rnixfs_ms": ld["sides"]["rnixfs"]["cpu_ms_per_request"],
                                    "plain_ms": ld["sides"]["plain"]["cpu_ms_per_request"], "ratio": ld["cpu_ratio"],
                                    "goal": f"<= {GOALS['cpu_ratio']:g}x plain", "met": ld["cpu_ratio"] <= GOALS["cpu_ratio"]}
-    rows["spawn_writes"] = {"per_s": ld["spawn_writes_per_s"], "writes": ld["sides"]["rnixfs"]["agents"],
+    rn = [p for p in ld["phases"] if p["side"] == "rnixfs"]
+    rows["spawn_writes"] = {"per_s": ld["spawn_writes_per_s"], "writes": sum(p["spawn_writes"] for p in rn),
+                            "agents_alive_at_burst": min(p["agents_alive_at_burst"] for p in rn),
                             "goal": f">= {GOALS['spawn_writes_per_s']:g} /s",
                             "met": ld["spawn_writes_per_s"] >= GOALS["spawn_writes_per_s"]}
     if "ls_proc" in r:
@@ -513,6 +571,7 @@ def summary(r: dict) -> dict:
     rows["idle_status"] = {"policy": s["rnixfs_policy"], "rnixfs_us": same["rnixfs"]["median_us"],
                            "minimal_us": same["minimal"]["median_us"], "ratio": s["ratio_same_policy"],
                            "ratio_vs_page_cache": s["ratio_vs_page_cache"],
+                           "ratio_vs_flush_same_policy": s.get("ratio_vs_flush_same_policy"),
                            "goal": f"<= {GOALS['status_ratio']:g}x (checked: {GOALS['status_ratio_checked']:g}x)",
                            "met": s["ratio_same_policy"] <= GOALS["status_ratio"],
                            "met_checked": s["ratio_same_policy"] <= GOALS["status_ratio_checked"]}
@@ -539,7 +598,8 @@ def table(r: dict) -> str:
         rows.append(("CPU per model request (daemon + workers)", f"{x['rnixfs_ms']:.2f} ms",
                      f"{x['plain_ms']:.2f} ms (plain httpx)", f"{x['ratio']:.2f}x", x["goal"], yes(x)))
     x = s["spawn_writes"]
-    rows.append((f"{x['writes']} spawn writes, one proc/new handle, agents running", f"{x['per_s']:.0f} /s",
+    rows.append((f"{x['writes']} spawn writes, one proc/new handle, {x['agents_alive_at_burst']} agents running",
+                 f"{x['per_s']:.0f} /s",
                  "", "", x["goal"], yes(x)))
     if "ls_l_proc" in s:
         x = s["ls_l_proc"]
@@ -551,6 +611,9 @@ def table(r: dict) -> str:
                  yes(x) + ("" if x["met_checked"] else " (not 1.3x)")))
     rows.append(("  same vs minimal page-cached (pyfuse3 default)", "", "",
                  f"{x['ratio_vs_page_cache']:.2f}x", "", ""))
+    if x.get("ratio_vs_flush_same_policy") is not None:
+        rows.append((f"  same vs minimal {x['policy']} answering FLUSH", "", "",
+                     f"{x['ratio_vs_flush_same_policy']:.2f}x", "", ""))
     x = s["agents_exit_0"]
     rows.append(("agents exiting 0 (zombie, 6 steps)", f"{x['agents'] - x['not_clean']} of {x['agents']}",
                  "", "", x["goal"], yes(x)))
@@ -572,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="rnixfs: the whole load table in one run (see bench/README.md)")
     ap.add_argument("--quick", action="store_true", help="100 agents, 1000 processes for ls, fewer rounds")
     ap.add_argument("--agents", type=int, help="agents in the load (default 1000, --quick 100)")
+    ap.add_argument("--lead", type=int, help="agents spawned (and running) before the timed burst of "
+                                             "--agents spawn writes (default: a fifth of --agents)")
     ap.add_argument("--processes", type=int, help="processes in proc/ for ls -l (default 10 000, --quick 1000)")
     ap.add_argument("--delay", type=float, default=1.0, help="server reply delay in s (default 1)")
     ap.add_argument("--rounds", type=int, default=1, help="load rounds, rnixfs/plain then plain/rnixfs … (default 1)")
