@@ -236,6 +236,7 @@ def _format_status(info: dict) -> str:
           if info.get("store_degraded") else
           [f"store:     FAILING, retrying: {info['store_error']}"] if info.get("store_error") else []),
         *([_sandbox_line(info["sandbox"])] if info.get("sandbox") else []),
+        *([_workers_line(info["workers"])] if info.get("workers") else []),
         "providers:",
     ]
     providers = info.get("providers", {})
@@ -245,6 +246,15 @@ def _format_status(info: dict) -> str:
         lines.append(f"  {name}{mark}: {facts}")
     # Paths, provider facts and store errors are not ours: each line is escaped.
     return "\n".join(clean(line) for line in lines)
+
+
+def _workers_line(w: dict) -> str:
+    """Where agent loops run (docs/architecture.md, "Workers and the kernel protocol")."""
+    if not w.get("workers"):
+        return "workers:   none, agent loops run in the daemon (workers: 0)"
+    pids = " ".join(str(p) for p in w.get("pids", []))
+    lost = f", {w['lost']} lost" if w.get("lost") else ""
+    return f"workers:   {w.get('ready', 0)} of {w['workers']} ready (pids {pids}){lost}"
 
 
 def _sandbox_line(box: dict) -> str:

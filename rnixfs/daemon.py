@@ -5,6 +5,7 @@ closed and the store flushed when the mount goes away.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -33,10 +34,12 @@ from .fuse import mount as fuse_mount
 from .fuse.ops import Operations
 from .kernel.procfs import ProcFiles
 from .kernel.kernel import Kernel
-from .kernel.procfs import ProcFiles
+from .kernel.runner import InlineRunner
 from .kernel.tools import Tools
 from .statelock import StateLock
 from .store import Store, run_all
+from .worker.pool import WorkerPool
+from .worker.protocol import Configure
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ class Daemon:
         self.providers: ProviderRegistry | None = None
         self.sandbox: sandbox.Sandbox | None = None
         self.mcp: McpDevices | None = None
+        self.runner = None  # kernel Runner: a WorkerPool, or InlineRunner with workers: 0
 
     def info(self) -> dict:
         """Facts for ``rnixfs status`` and the root's xattr; no secret in them."""
@@ -79,6 +83,7 @@ class Daemon:
             "processes": self.kernel.counts() if self.kernel else {},
             "providers": self.providers.describe() if self.providers else {},
             "limits": self.kernel.limits.to_json() if self.kernel else {},
+            "workers": self.runner.describe() if self.runner else {},
             "mcp": {"servers": self.mcp.names(), "errors": self.mcp.errors} if self.mcp else {},
             "store_error": str(self.store.failed) if self.store and self.store.failed else None,
             "sandbox": self.sandbox.describe() if self.sandbox else None,
@@ -124,14 +129,16 @@ class DaemonParts:
 @asynccontextmanager
 async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
                       providers: ProviderRegistry | None = None, limits: Limits | None = None,
-                      planner=None, sandbox_protect: bool = True) -> AsyncIterator[DaemonParts]:
+                      planner=None, sandbox_protect: bool = True, tools=None) -> AsyncIterator[DaemonParts]:
     """The one place the daemon is wired (docs/architecture.md, "Assembly").
 
     An AsyncExitStack holds every service in the order it must be undone:
     state lock, store writer, provider clients, log redaction, the root
     nursery with the kernel, MCP sessions. ``rnixfs mount`` serves the
     yielded ``ops`` over FUSE; tests call them directly. ``providers``,
-    ``limits`` and ``planner`` replace what the config directory says (tests).
+    ``limits`` and ``planner`` replace what the config directory says, and
+    ``tools`` (``Tools`` without its kernel ports) the agents' tools of
+    inline loops (tests).
     """
     daemon = daemon or Daemon(cfg)
     async with AsyncExitStack() as stack:
@@ -167,19 +174,20 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         catalog = Catalog(cfg.project, cfg.config_dir)
         await trio.to_thread.run_sync(catalog.install_builtins)
         procfiles = ProcFiles()  # proc/ bytes, re-rendered on the kernel's on_change
-        kernel = daemon.kernel = Kernel(
-            store, daemon.providers, daemon_id=daemon.id, linger=cfg.linger, project=cfg.project,
-            planner=planner or catalog.plan, limits=limits, on_change=procfiles.changed,
-        )
         store.put_audit(daemon.id, "mount", {"mountpoint": str(cfg.mountpoint), "pid": os.getpid()})
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)  # runs first: after shutdown, end the services
-        await nursery.start(kernel.run)
         workspace = Workspace(cfg.project, hidden=_inside(cfg.mountpoint, cfg.project))
         child_env = providers_cfg.child_env()  # no provider keys for agents' commands
         mcp = daemon.mcp = McpDevices.load(cfg.project, cfg.config_dir, nursery, cwd=cfg.project)
-        kernel.tools = Tools(kernel, workspace, shell, mount=str(cfg.mountpoint), env=child_env,
-                             skills=catalog.skills, open_root=confined_dir, mcp=mcp)
+        tools = tools or functools.partial(Tools, workspace, shell, mount=str(cfg.mountpoint), env=child_env,
+                                           skills=catalog.skills, open_root=confined_dir, mcp=mcp)
+        runner = daemon.runner = await _runner(cfg, nursery, limits, child_env, mcp, tools)
+        kernel = daemon.kernel = Kernel(
+            store, daemon.providers, daemon_id=daemon.id, linger=cfg.linger, project=cfg.project,
+            planner=planner or catalog.plan, limits=limits, runner=runner, on_change=procfiles.changed,
+        )
+        await nursery.start(kernel.run)
         shell_env = {**child_env, "RNIXFS_MOUNT": str(cfg.mountpoint)}
 
         def shell_session():
@@ -199,6 +207,8 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
             if not done:
                 done = True
                 await kernel.shutdown()
+                if isinstance(runner, WorkerPool):
+                    await runner.aclose()  # workers ended and reaped: no orphan
                 await mcp.aclose()
 
         async def shielded_shutdown():
@@ -208,6 +218,24 @@ async def open_daemon(cfg: DaemonConfig, *, daemon: Daemon | None = None,
         yield DaemonParts(ops=ops, kernel=kernel, store=store, providers=daemon.providers,
                           nursery=nursery, mcp=mcp, procfiles=procfiles,
                           shutdown=shutdown)
+
+
+async def _runner(cfg: DaemonConfig, nursery, limits: Limits, child_env: dict, mcp, tools):
+    """Agent loops run in worker processes (``workers:`` in limits.yaml, one
+    per core by default); ``workers: 0`` runs them on this loop with
+    ``tools`` (docs/architecture.md, "Workers and the kernel protocol")."""
+    count = limits.worker_count()
+    if not count:
+        return InlineRunner(tools)
+    root = logging.getLogger()
+    log_path = next((h.baseFilename for h in root.handlers if isinstance(h, logging.FileHandler)), "")
+    pool = WorkerPool(count, Configure(
+        project=str(cfg.project), mount=str(cfg.mountpoint), config_dir=str(cfg.config_dir),
+        state_dir=str(cfg.state_dir), env=child_env, limits=limits.to_json(),
+        hidden=list(_inside(cfg.mountpoint, cfg.project))),
+        mcp=mcp, log_path=log_path, log_level=logging.getLevelName(root.level))
+    await nursery.start(pool.run_service)
+    return pool
 
 
 def _inside(mountpoint: Path, project: Path) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ Durations are written like agent.yaml's step_timeout (``30s``, ``10m``,
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,11 @@ class Limits:
     max_tool_calls: int = 16               # tool calls run per step; the rest are refused
     max_children: int = 16                 # Spawns per process over its life
     max_descendants: int = 64              # processes ever spawned below one, all levels
+    workers: int | None = None             # worker processes for agent loops; None = one per core,
+                                           # 0 = loops run on the daemon's own loop
+
+    def worker_count(self) -> int:
+        return (os.cpu_count() or 1) if self.workers is None else self.workers
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -81,6 +87,7 @@ DEFAULT = Limits()
 _BUDGETS = ("max_steps", "max_tokens", "max_cost", "context_budget", "max_time", "step_timeout")
 _CAPS = ("max_tool_calls", "max_children", "max_descendants")
 _DURATIONS = ("max_time", "step_timeout")
+MAX_WORKERS = 256
 
 
 def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
@@ -95,9 +102,16 @@ def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
         raise LimitsError(f"{label}: top level must be a mapping of limits")
     values: dict = {}
     for key, value in data.items():
-        if key not in _BUDGETS and key not in _CAPS:
+        if key not in _BUDGETS and key not in _CAPS and key != "workers":
             raise LimitsError(f"{label}: unknown key {str(key)[:40]!r}; known: "
-                              f"{', '.join(_BUDGETS + _CAPS)}")
+                              f"{', '.join(_BUDGETS + _CAPS + ('workers',))}")
+        if key == "workers":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value <= MAX_WORKERS):
+                raise LimitsError(f"{label}: workers must be a whole number from 0 to {MAX_WORKERS} "
+                                  f"(0: agent loops run in the daemon), got {value!r}"[:200])
+            values[key] = value
+            continue
         if key in _DURATIONS:
             try:
                 seconds = parse_duration(0 if value is None else value, key)

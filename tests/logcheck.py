@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 LEVEL = re.compile(r"^\S+ \S+ (WARNING|ERROR|CRITICAL) ")
+# Every test's project is a fresh directory nobody trusted: the daemon rightly
+# warns when its skills load. That is the fixture's doing, not the test's.
+FIXTURE_EXPECTED = [re.compile(r'untrusted project "[^"]*": \d+ skill root')]
 _watched: dict[Path, int] = {}  # daemon.log -> bytes already checked
 
 
@@ -78,7 +81,7 @@ def _check_logs(request):
     finally:
         root.removeHandler(collector)
     lines = collector.lines + _new_daemon_lines()
-    pats = _expected(request.node)
+    pats = _expected(request.node) + FIXTURE_EXPECTED
     unexpected = [line for line in lines if not any(p.search(line) for p in pats)]
     if unexpected:
         shown = "\n".join(unexpected[:20])

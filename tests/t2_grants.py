@@ -2,6 +2,7 @@
 modes, against a live kernel and the scripted server (docs/skills.md)."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -130,12 +131,10 @@ def run(tmp_path, url, body, config=None, **plan_fields):
         base.update(plan_fields)
         return SpawnPlan(**base)
 
-    def setup(kernel):
-        kernel.tools = Tools(kernel, Workspace(project), None,
-                             skills=lambda: resolve_skills(project, config), open_root=confined_dir)
-
+    tools = functools.partial(Tools, Workspace(project), None,
+                              skills=lambda: resolve_skills(project, config), open_root=confined_dir)
     return run_with_kernel(tmp_path, lambda: registry(PROVIDERS.format(url=url), tmp_path), body,
-                           planner=plan, setup=setup)
+                           planner=plan, tools=tools)
 
 
 async def spawn_wait(k, **req):

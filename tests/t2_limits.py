@@ -4,6 +4,7 @@ reasoning_effort, fallback tool mode) — a live kernel against the scripted
 server. The limits and exit codes are documented in README "Limits"."""
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -37,11 +38,9 @@ def planner_with(**fields):
 def run(tmp_path, url, body, *, limits=None, prices="", **plan_fields):
     (tmp_path / "a.txt").write_text("a\n")
 
-    def setup(kernel):
-        kernel.tools = Tools(kernel, Workspace(tmp_path), None, mount="")
-
     return run_with_kernel(tmp_path, lambda: registry(PROVIDERS.format(url=url, prices=prices), tmp_path),
-                           body, daemon_id="lim", planner=planner_with(**plan_fields), setup=setup,
+                           body, daemon_id="lim", planner=planner_with(**plan_fields),
+                           tools=functools.partial(Tools, Workspace(tmp_path), None, mount=""),
                            limits=limits)
 
 

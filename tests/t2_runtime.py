@@ -2,6 +2,7 @@
 fallback, context budget, schema mode — against the scripted server."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -32,12 +33,9 @@ def planner_with(**fields):
 
 
 def run(tmp_path: Path, url: str, body, **plan_fields):
-    def setup(kernel):
-        kernel.tools = Tools(kernel, None, None, mount="")
-
     return run_with_kernel(tmp_path, lambda: registry(PROVIDERS.format(url=url), tmp_path), body,
-                           daemon_id="rt",
-                           planner=planner_with(**plan_fields), setup=setup)
+                           daemon_id="rt", planner=planner_with(**plan_fields),
+                           tools=functools.partial(Tools, None, None, mount=""))
 
 
 def call(name, args, cid="c1"):

@@ -22,7 +22,25 @@ USER, PASSWORD = "proxyuser", "pr0xy-pa55word-71c3"
 
 
 def rss(pid: int) -> int:
-    return psutil.Process(pid).memory_info().rss
+    """The daemon's RSS with its worker processes' (agent loops, and so the
+    replies they read, live in the workers: docs/architecture.md)."""
+    daemon = psutil.Process(pid)
+    total = daemon.memory_info().rss
+    for child in daemon.children():
+        try:
+            if "rnixfs.worker" in child.cmdline():
+                total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def settled(m) -> int:
+    """Every worker process has started (their RSS is part of the baseline)."""
+    info = json.loads(os.getxattr(m.path, "user.rnixfs.daemon"))["workers"]
+    wait_for(lambda: json.loads(os.getxattr(m.path, "user.rnixfs.daemon"))["workers"].get("ready", 0)
+             == info["workers"], 60, what="the workers to start")
+    return rss(m.daemon_pid)
 
 
 def stat_answers(m, within: float = 5.0) -> bool:
@@ -39,7 +57,7 @@ def test_endless_reply_is_capped_with_its_exit_code(mount_factory, scripted_serv
     """Default caps: an endless stream ends the step with exit 20 (reply too
     large), the daemon stays small and answers throughout."""
     m = mount_factory(scripted_providers(scripted_server.url))
-    base = rss(m.daemon_pid)
+    base = settled(m)
     pid = m.spawn("[[fault:endless]] talk forever")
     peak = base
     deadline = time.monotonic() + 120
@@ -62,7 +80,7 @@ def test_endless_reply_under_a_high_cap_is_killable_and_memory_comes_back(
     the cap, the mount answers `stat`, and after kill RSS returns near its
     baseline (the reply's buffers are dropped)."""
     m = mount_factory(scripted_providers(scripted_server.url, max_reply_bytes=2048 * MiB))
-    base = rss(m.daemon_pid)
+    base = settled(m)
     pid = m.spawn("[[fault:endless]] talk forever")
     deadline = time.monotonic() + 120
     while rss(m.daemon_pid) < base + 96 * MiB:  # the reply is really piling up

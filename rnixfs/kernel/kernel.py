@@ -18,14 +18,14 @@ import trio
 
 from ..limits import Limits
 from .errors import Code, SyscallError
-from .loop import DEFAULT_SYSTEM_PROMPT, ProcessExit, budget_error
-from .loop import run as run_loop
+from .loop import DEFAULT_SYSTEM_PROMPT, budget_error, outcome
 from .process import (
-    EXIT_ERROR, EXIT_KILLED, EXIT_MAX_TIME, EXIT_TIMEOUT, Account, Budget, Process, State,
+    EXIT_ERROR, EXIT_KILLED, EXIT_MAX_TIME, Account, Budget, Process, State,
 )
 from .grants import intersect
 from .plan import SpawnPlan
 from .request import SpawnRequest
+from .runner import InlineRunner, Runner
 from .trace import Tracer, quote
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class Kernel:
         project: Path | None = None,
         planner: Callable[..., SpawnPlan] | None = None,
         limits: Limits | None = None,
+        runner: Runner | None = None,
         on_change: Callable[[Process], object] | None = None,
     ):
         self.store = store
@@ -68,8 +69,8 @@ class Kernel:
         self.planner = planner or bare_plan
         self.limits = limits or Limits()  # defaults for what neither request nor agent sets
         self.tracer = Tracer(store, self._committed)
+        self.runner = runner or InlineRunner()  # where agent loops run
         self._on_change = on_change or (lambda proc: None)  # what proc/ shows changed (kernel/procfs.py)
-        self.tools = None  # set by the daemon: tools.Tools over the devices
         self.host_pids: dict[int, int] = {}  # host pid of a running Bash command -> its agent
         self.table: dict[int, Process] = {}
         self._sorted: list[int] = []
@@ -121,6 +122,31 @@ class Kernel:
 
     def price(self, proc: Process, usage) -> float:
         return self.providers.price(proc.active_provider, proc.active_model, usage)
+
+    def charge(self, proc: Process, tokens: int, cost: float) -> Account:
+        """A step's spend, charged up the account chain (ancestors pay too)."""
+        proc.account.charge(tokens, cost)
+        return proc.account
+
+    # -- ports.KernelPort: what the Spawn, Wait and Bash tools ask ---------------------
+    async def spawn_child(self, parent: Process, intent: str, agent: str | None) -> int:
+        child = await self.spawn(SpawnRequest(intent=intent, agent=agent), ppid=parent.pid)
+        return child.pid
+
+    async def is_child(self, parent: Process, pid: int) -> bool:
+        child = self.table.get(pid)
+        return child is not None and child.ppid == parent.pid
+
+    async def wait_child(self, parent: Process, pid: int) -> tuple[str, str]:
+        child = self.get(pid)
+        await child.exited_event.wait()
+        return child.wait_line(), child.result or ""
+
+    async def host_started(self, host_pid: int, pid: int) -> None:
+        self.host_pids[host_pid] = pid
+
+    def host_ended(self, host_pid: int) -> None:
+        self.host_pids.pop(host_pid, None)
 
     # -- spawn ---------------------------------------------------------------------
     def check(self, req: SpawnRequest) -> tuple[SpawnPlan, object, str]:
@@ -309,17 +335,11 @@ class Kernel:
             timer = trio.CancelScope(deadline=trio.current_time() + (proc.budget.max_time or float("inf")))
             try:
                 with timer:  # max_time: wall clock, steps and waits included
-                    code = await run_loop(self, proc)
+                    code = await self.runner.run(self, proc)
                 if timer.cancelled_caught:
                     raise budget_error(proc, "max_time", f"ran {proc.budget.max_time:g}s", EXIT_MAX_TIME)
-            except ProcessExit as exc:
-                code, error = exc.code, exc.error
-            except SyscallError as exc:
-                code = EXIT_TIMEOUT if exc.code == Code.TIMEOUT else EXIT_ERROR
-                error = exc
-            except Exception as exc:  # a bug must not take the daemon down
-                log.exception("pid %d crashed", proc.pid)
-                code, error = EXIT_ERROR, SyscallError(Code.INTERNAL, repr(exc)[:300], pid=proc.pid)
+            except Exception as exc:  # ProcessExit, SyscallError, or a bug: never the daemon's end
+                code, error = outcome(exc, proc.pid)
         if proc.cancel_scope.cancelled_caught:
             code = EXIT_KILLED
             if proc.error is None:
@@ -353,6 +373,11 @@ class Kernel:
         proc.trace_event.set()
         self._zombies.append((time.monotonic() + self.linger, proc.pid))
         self._zombie_added.set()
+
+    def changed(self, proc: Process) -> None:
+        """The record changed outside the kernel (a worker's status report):
+        what proc/ shows is rendered again."""
+        self._on_change(proc)
 
     def checkpoint(self, proc: Process) -> None:
         """Queue the current status for the store (batched, off the loop)."""
@@ -399,12 +424,14 @@ class Kernel:
                 if p.alive:
                     self.tracer.emit(p, "Signal", "kill", "0", dur_ms=0)
                     p.cancel_scope.cancel()
+                    self.runner.signal(p, "kill")
             proc.cancel_scope.cancel()
         elif command == "pause":
             proc.paused = True
         elif command == "resume":
             proc.paused = False
             proc.resume_event.set()
+        self.runner.signal(proc, "kill" if command == "killtree" else command)
         self.checkpoint(proc)
 
     def _descendants(self, proc: Process) -> list[Process]:
@@ -439,6 +466,7 @@ class Kernel:
         self._on_change(proc)
         proc.input_event.set()
         proc.input_event = trio.Event()
+        self.runner.steer(proc, text)
 
     def reap(self, pid: int, *, quiet: bool = False) -> None:
         proc = self.table.pop(pid, None)

@@ -18,14 +18,16 @@ from contextlib import aclosing
 
 import trio
 
-from ..devices.llm.base import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
 from . import tools
+from .driver import LLMError, LLMReplyTooLarge, LLMTimeout, TextAccumulator
 from .errors import Code, SyscallError
 from .process import (
-    EXIT_CONTEXT, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TIME, EXIT_MAX_TOKENS, EXIT_OK,
+    EXIT_CONTEXT, EXIT_ERROR, EXIT_MAX_COST, EXIT_MAX_STEPS, EXIT_MAX_TIME, EXIT_MAX_TOKENS, EXIT_OK,
     EXIT_REPLY_TOO_BIG,
-    EXIT_TERMINATED, Process,
+    EXIT_TERMINATED, EXIT_TIMEOUT, Process,
 )
+from .ports import StepContext
+from .process import Account
 from .trace import quote
 
 log = logging.getLogger(__name__)
@@ -59,14 +61,25 @@ class ProcessExit(Exception):
         self.error = error
 
 
+def outcome(exc: Exception, pid: int) -> tuple[int, SyscallError | None]:
+    """The exit code and error of a loop that ended by raising ``exc``; a
+    bug is logged and ends the process, never the daemon or the worker."""
+    if isinstance(exc, ProcessExit):
+        return exc.code, exc.error
+    if isinstance(exc, SyscallError):
+        return (EXIT_TIMEOUT if exc.code == Code.TIMEOUT else EXIT_ERROR), exc
+    log.error("pid %d crashed", pid, exc_info=exc)
+    return EXIT_ERROR, SyscallError(Code.INTERNAL, repr(exc)[:300], pid=pid)
+
+
 def budget_error(proc: Process, what: str, cause: str, code: int) -> ProcessExit:
     err = SyscallError(Code.INVALID, f"{what} exceeded: {cause}", syscall="Step", pid=proc.pid)
     return ProcessExit(code, err)
 
 
-def over_budget(proc: Process, *, strict: bool) -> ProcessExit | None:
+def over_budget(proc: Process, account: Account, *, strict: bool) -> ProcessExit | None:
     """max_tokens / max_cost of the process or of any ancestor (children draw on them)."""
-    over = proc.account.over(strict=strict)
+    over = account.over(strict=strict)
     if over is None:
         return None
     name, owner = over
@@ -74,7 +87,7 @@ def over_budget(proc: Process, *, strict: bool) -> ProcessExit | None:
         spent, limit = f"{owner.tokens} tokens used", owner.max_tokens
     else:
         spent, limit = f"${owner.cost:.6f} spent", f"${owner.max_cost}"
-    if owner is not proc.account:
+    if owner.pid != proc.pid:
         whose = f" by PID {owner.pid} and its descendants"
     else:
         whose = " by this process and its descendants" if owner.descendants else ""
@@ -89,9 +102,9 @@ def driver_type(driver) -> str:
     return getattr(getattr(driver, "cfg", None), "type", "")
 
 
-def system_message(kernel, proc: Process, driver) -> dict:
+def system_message(ctx: StepContext, proc: Process, driver) -> dict:
     """The system prompt for the driver's tool mode (rebuilt after a fallback)."""
-    prompt = kernel.system_prompt(proc)
+    prompt = ctx.system_prompt(proc)
     if tool_mode(driver) == "schema":
         prompt += schema_prompt(proc.allowed_tools)
     return {"role": "system", "content": prompt}
@@ -106,11 +119,11 @@ def schema_prompt(allowed: list[str]) -> str:
 class Model:
     """The process's model device: provider, model and the fallbacks left."""
 
-    def __init__(self, kernel, proc: Process):
-        self.kernel = kernel
+    def __init__(self, ctx: StepContext, proc: Process):
+        self.ctx = ctx
         self.proc = proc
         self.provider = proc.active_provider
-        self.driver = kernel.providers.get(self.provider)
+        self.driver = ctx.driver(self.provider)
         self.fd = 0
 
     @property
@@ -118,13 +131,13 @@ class Model:
         return f"/dev/llm/{self.provider}"
 
     async def open(self) -> None:
-        async with self.kernel.tracer.syscall(self.proc, "Open", f'"{self.device}", O_RDWR',
+        async with self.ctx.tracer.syscall(self.proc, "Open", f'"{self.device}", O_RDWR',
                                               device=self.device) as call:
             self.fd = self.proc.alloc_fd(self.device)
             call.result = f"FD({self.fd})"
 
     async def close(self) -> None:
-        async with self.kernel.tracer.syscall(self.proc, "Close", f"FD({self.fd})", device=self.device):
+        async with self.ctx.tracer.syscall(self.proc, "Close", f"FD({self.fd})", device=self.device):
             self.proc.fds.pop(self.fd, None)
 
     async def fall_back(self, err: SyscallError) -> bool:
@@ -140,12 +153,12 @@ class Model:
         if outage and proc.spare_model and proc.spare_model != proc.active_model:
             old, proc.active_model, proc.spare_model = proc.active_model, proc.spare_model, None
             proc.fell_back = True
-            self.kernel.tracer.emit(proc, "Fallback", f"model={quote(old or '')} -> {quote(proc.active_model)}",
+            self.ctx.tracer.emit(proc, "Fallback", f"model={quote(old or '')} -> {quote(proc.active_model)}",
                                     f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
             return True
         if proc.spare_provider and proc.spare_provider != self.provider:
             try:
-                driver = self.kernel.providers.get(proc.spare_provider)
+                driver = self.ctx.driver(proc.spare_provider)
             except KeyError:
                 return False
             old, old_mode = self.provider, tool_mode(self.driver)
@@ -154,42 +167,42 @@ class Model:
             proc.active_provider, proc.spare_provider = self.provider, None
             proc.active_model = getattr(driver, "default_model", None)
             proc.fell_back = True
-            self.kernel.tracer.emit(proc, "Fallback", f"provider={old} -> {self.provider}",
+            self.ctx.tracer.emit(proc, "Fallback", f"provider={old} -> {self.provider}",
                                     f"0 ({err.code.value}: {err.cause[:80]})", dur_ms=0)
             if tool_mode(driver) != old_mode and proc.messages:
                 # the tool instructions of the old mode would mislead the new model
-                proc.messages[0] = system_message(self.kernel, proc, driver)
-                self.kernel.tracer.emit(proc, "Prompt", f"tool_mode={tool_mode(driver)}",
+                proc.messages[0] = system_message(self.ctx, proc, driver)
+                self.ctx.tracer.emit(proc, "Prompt", f"tool_mode={tool_mode(driver)}",
                                         f"{len(proc.messages[0]['content'].encode())} bytes", dur_ms=0)
-            warn_effort(self.kernel, proc, self)
+            warn_effort(self.ctx, proc, self)
             await self.open()
             return True
         return False
 
 
-def warn_effort(kernel, proc: Process, model: Model) -> None:
+def warn_effort(ctx: StepContext, proc: Process, model: Model) -> None:
     """reasoning_effort that the provider cannot take is said, not dropped silently."""
     if proc.reasoning_effort and driver_type(model.driver) not in EFFORT_DRIVERS:
-        kernel.tracer.emit(proc, "Warning", quote(
+        ctx.tracer.emit(proc, "Warning", quote(
             f"reasoning_effort={proc.reasoning_effort} is not sent: provider {model.provider} "
             f"(type {driver_type(model.driver) or 'unknown'}) takes none", 200), "0", dur_ms=0)
 
 
-async def run(kernel, proc: Process) -> int:
+async def run(ctx: StepContext, proc: Process) -> int:
     """Run ``proc`` to completion; returns the exit code (raises ProcessExit)."""
-    model = Model(kernel, proc)
+    model = Model(ctx, proc)
     await model.open()
-    proc.messages = [system_message(kernel, proc, model.driver), {"role": "user", "content": proc.intent}]
+    proc.messages = [system_message(ctx, proc, model.driver), {"role": "user", "content": proc.intent}]
     proc.pinned = 2
-    warn_effort(kernel, proc, model)
+    warn_effort(ctx, proc, model)
     try:
         if proc.planning:
-            await _planning_step(kernel, proc, model)
+            await _planning_step(ctx, proc, model)
         while True:
-            await _step_boundary(kernel, proc)
-            answer, calls = await _step_with_fallback(kernel, proc, model)
+            await _step_boundary(ctx, proc)
+            answer, calls = await _step_with_fallback(ctx, proc, model)
             if calls:
-                await _run_tools(kernel, proc, model, calls)
+                await _run_tools(ctx, proc, model, calls)
                 if proc.term_requested:
                     raise ProcessExit(EXIT_TERMINATED)
                 continue
@@ -205,65 +218,66 @@ async def run(kernel, proc: Process) -> int:
             await model.close()
 
 
-async def _planning_step(kernel, proc: Process, model: Model) -> None:
+async def _planning_step(ctx: StepContext, proc: Process, model: Model) -> None:
     """agent.yaml ``planning: true``: the first step asks for a plan, without
     tools; the plan goes to proc/<pid>/plan and the trace, and stays pinned
     at the head of the conversation."""
-    await _step_boundary(kernel, proc)
+    await _step_boundary(ctx, proc)
     proc.messages.append({"role": "user", "content": PLAN_REQUEST})
-    text, _ = await _step_with_fallback(kernel, proc, model, planning=True)
+    text, _ = await _step_with_fallback(ctx, proc, model, planning=True)
     proc.plan = text
-    kernel.tracer.emit(proc, "Plan", quote(text, PLAN_TRACE_CHARS), f"{len(text.encode())} bytes", dur_ms=0)
+    ctx.tracer.emit(proc, "Plan", quote(text, PLAN_TRACE_CHARS), f"{len(text.encode())} bytes", dur_ms=0)
     proc.messages.append({"role": "user", "content": PLAN_GO})
     proc.pinned = len(proc.messages)
-    kernel.checkpoint(proc)
+    ctx.checkpoint(proc)
 
 
-async def _run_tools(kernel, proc: Process, model: Model, calls: list[dict]) -> None:
+async def _run_tools(ctx: StepContext, proc: Process, model: Model, calls: list[dict]) -> None:
     """Run at most ``max_tool_calls`` calls of one step; the others get an error."""
-    cap = kernel.limits.max_tool_calls
+    cap = ctx.limits.max_tool_calls
     for call in calls[:cap]:
-        await _run_tool(kernel, proc, model, call)
+        await _run_tool(ctx, proc, model, call)
     if len(calls) > cap:
         err = SyscallError(Code.AGAIN, f"{len(calls) - cap} of {len(calls)} tool calls not run; "
                            f"max_tool_calls is {cap} per step", syscall="Tool", pid=proc.pid)
-        kernel.tracer.emit(proc, "Tool", f"{len(calls)} calls", f"-1 {err}", dur_ms=0, error=err)
+        ctx.tracer.emit(proc, "Tool", f"{len(calls)} calls", f"-1 {err}", dur_ms=0, error=err)
         for call in calls[cap:]:
             _add_tool_result(proc, call, f"error: not run: {err.cause}")
-        kernel.checkpoint(proc)
+        ctx.checkpoint(proc)
 
 
-def _deadline(proc: Process) -> float | None:
-    return min((a.deadline for a in proc.account.chain() if a.deadline is not None), default=None)
+def _deadline(account: Account) -> float | None:
+    return min((a.deadline for a in account.chain() if a.deadline is not None), default=None)
 
 
-async def _step_boundary(kernel, proc: Process) -> None:
+async def _step_boundary(ctx: StepContext, proc: Process) -> None:
     while proc.paused and not proc.term_requested:
         proc.resume_event = trio.Event()
-        kernel.tracer.emit(proc, "Pause", "", "0")
+        ctx.tracer.emit(proc, "Pause", "", "0")
         await proc.resume_event.wait()
-        kernel.tracer.emit(proc, "Resume", "", "0")
+        ctx.tracer.emit(proc, "Resume", "", "0")
     if proc.term_requested:
         raise ProcessExit(EXIT_TERMINATED)
     b = proc.budget
     if b.max_steps is not None and proc.steps >= b.max_steps:
         raise budget_error(proc, "max_steps", f"{proc.steps} steps done, limit {b.max_steps}", EXIT_MAX_STEPS)
-    if (exc := over_budget(proc, strict=False)) is not None:
+    account = await ctx.account(proc)
+    if (exc := over_budget(proc, account, strict=False)) is not None:
         raise exc
-    deadline = _deadline(proc)
+    deadline = _deadline(account)
     if deadline is not None and time.monotonic() >= deadline:
         raise budget_error(proc, "max_time", "no wall-clock time left", EXIT_MAX_TIME)
     while proc.pending_input:
         text = proc.pending_input.pop(0)
         proc.messages.append({"role": "user", "content": text})
-        kernel.tracer.emit(proc, "Steer", quote(text), "0")
+        ctx.tracer.emit(proc, "Steer", quote(text), "0")
     if b.ctx_size is not None:
-        trim_slots(kernel, proc, b.ctx_size)
+        trim_slots(ctx, proc, b.ctx_size)
     if b.context_budget is not None:
-        compact(kernel, proc, b.context_budget)
+        compact(ctx, proc, b.context_budget)
 
 
-def trim_slots(kernel, proc: Process, slots: int) -> None:
+def trim_slots(ctx: StepContext, proc: Process, slots: int) -> None:
     """agent.yaml ``ctx_size``: keep at most ``slots`` messages.
 
     The pinned head (system prompt, task, plan) and everything from the
@@ -311,7 +325,7 @@ def trim_slots(kernel, proc: Process, slots: int) -> None:
         kept.append(msg)
     proc.tool_results = {where[i] for i in proc.tool_results if i in where}
     msgs[:] = kept
-    kernel.tracer.emit(proc, "Compact", f"ctx_size={slots}, {len(drop)} messages dropped",
+    ctx.tracer.emit(proc, "Compact", f"ctx_size={slots}, {len(drop)} messages dropped",
                        f"{len(msgs)} messages", dur_ms=0)
 
 
@@ -320,7 +334,7 @@ def context_size(messages: list[dict]) -> int:
     return len(json.dumps(messages, ensure_ascii=False).encode()) // 4
 
 
-def compact(kernel, proc: Process, budget: int) -> None:
+def compact(ctx: StepContext, proc: Process, budget: int) -> None:
     """Shrink the oldest tool results first; the system prompt is never cut."""
     size = context_size(proc.messages)
     if size <= budget:
@@ -335,16 +349,16 @@ def compact(kernel, proc: Process, budget: int) -> None:
             note = f"[compacted: {len(content.encode())} bytes of an earlier tool result]"
             msg["content"] = note
             size = context_size(proc.messages)
-            kernel.tracer.emit(proc, "Compact", f"{len(content.encode())} bytes", f"{size} tokens", dur_ms=0)
+            ctx.tracer.emit(proc, "Compact", f"{len(content.encode())} bytes", f"{size} tokens", dur_ms=0)
     if size > budget:
         raise budget_error(proc, "context_budget", f"about {size} tokens after compaction, "
                            f"limit {budget}", EXIT_CONTEXT)
 
 
-async def _step_with_fallback(kernel, proc: Process, model: Model, *, planning: bool = False):
+async def _step_with_fallback(ctx: StepContext, proc: Process, model: Model, *, planning: bool = False):
     while True:
         try:
-            return await _step(kernel, proc, model, planning=planning)
+            return await _step(ctx, proc, model, planning=planning)
         except SyscallError as err:
             if err.code == Code.TOO_BIG:  # the reply cap: its own exit code
                 raise ProcessExit(EXIT_REPLY_TOO_BIG, err) from None
@@ -353,12 +367,12 @@ async def _step_with_fallback(kernel, proc: Process, model: Model, *, planning: 
             proc.steps -= 1  # the step is retried on the fallback, not counted twice
 
 
-async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
+async def _step(ctx: StepContext, proc: Process, model: Model, *, planning: bool = False):
     proc.steps += 1
-    tracer = kernel.tracer
+    tracer = ctx.tracer
     schema = tool_mode(model.driver) == "schema"
     extra: dict = {}
-    mcp_tools = [] if planning or kernel.tools is None else await kernel.tools.mcp_specs(proc)
+    mcp_tools = [] if planning or ctx.tools is None else await ctx.tools.mcp_specs(proc)
     if planning:
         pass  # a plan is prose: no tools offered, no JSON schema imposed
     elif schema:
@@ -373,7 +387,7 @@ async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
     async with tracer.syscall(proc, "Write", f"FD({model.fd}), {len(proc.messages)} messages",
                               device=model.device) as call:
         call.result = str(len(request))
-    remaining = proc.account.remaining_tokens()
+    remaining = proc.account.remaining_tokens()  # as ctx.account() last saw it, at the boundary
     if remaining is not None:
         remaining = max(1, remaining)
     timeout = proc.budget.step_timeout or float("inf")
@@ -414,9 +428,11 @@ async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
     if usage is not None:
         proc.tokens_in += usage.prompt_tokens
         proc.tokens_out += usage.completion_tokens
-        spent = kernel.price(proc, usage)
+        spent = ctx.price(proc, usage)
         proc.cost += spent
-        proc.account.charge(usage.prompt_tokens + usage.completion_tokens, spent)
+        account = await ctx.charge(proc, usage.prompt_tokens + usage.completion_tokens, spent)
+    else:
+        account = proc.account  # nothing charged: the chain as the step boundary saw it
     if planning:
         if schema:  # a weak model may still answer in the step JSON
             answer, asked = _parse_schema_reply(text)
@@ -433,8 +449,8 @@ async def _step(kernel, proc: Process, model: Model, *, planning: bool = False):
             {"id": c["id"], "type": "function", "function": c["function"]} for c in calls]})
     else:
         proc.messages.append({"role": "assistant", "content": text})
-    kernel.checkpoint(proc)
-    if (exc := over_budget(proc, strict=True)) is not None:
+    ctx.checkpoint(proc)
+    if (exc := over_budget(proc, account, strict=True)) is not None:
         proc.result = text
         raise exc
     return text, calls
@@ -475,7 +491,7 @@ def _parse_schema_reply(text: str) -> tuple[str, list[dict]]:
                  "function": {"name": obj["tool"], "arguments": json.dumps(args, ensure_ascii=False)}}]
 
 
-async def _run_tool(kernel, proc: Process, model: Model, call: dict) -> None:
+async def _run_tool(ctx: StepContext, proc: Process, model: Model, call: dict) -> None:
     name = call["function"]["name"]
     raw = call["function"]["arguments"] or "{}"
     try:
@@ -485,14 +501,14 @@ async def _run_tool(kernel, proc: Process, model: Model, call: dict) -> None:
     if args is None or not isinstance(args, dict):
         err = SyscallError(Code.INVALID, f"arguments of {name[:40]} are not a JSON object",
                            syscall="Tool", pid=proc.pid)
-        kernel.tracer.emit(proc, "Tool", quote(name), f"-1 {err}", dur_ms=0, error=err)
+        ctx.tracer.emit(proc, "Tool", quote(name), f"-1 {err}", dur_ms=0, error=err)
         result = f"error: {err.cause}"
-    elif kernel.tools is None:
+    elif ctx.tools is None:
         result = "error: this kernel has no tools"
     else:
-        result = await kernel.tools.call(proc, name, args)
+        result = await ctx.tools.call(proc, name, args)
     _add_tool_result(proc, call, result)
-    kernel.checkpoint(proc)
+    ctx.checkpoint(proc)
 
 
 def _add_tool_result(proc: Process, call: dict, result: str) -> None:

@@ -16,6 +16,7 @@ EXIT_MAX_TOKENS = 11
 EXIT_MAX_COST = 12
 EXIT_CONTEXT = 13
 EXIT_MAX_TIME = 14
+EXIT_WORKER_LOST = 15  # the worker process running the loop died (docs/architecture.md)
 EXIT_TIMEOUT = 124
 EXIT_KILLED = 137
 EXIT_TERMINATED = 143

@@ -2,7 +2,7 @@
 
 Read/Write/Edit/Glob/Grep go through the workspace device (``/dev/fs``),
 Bash through the shell device (``/dev/shell``) — the same code the mount
-uses — and Spawn/Wait through the kernel. Skill loads a skill's body (the
+uses — and Spawn/Wait through the kernel (``ports.KernelPort``). Skill loads a skill's body (the
 activation syscall); the files of the skills a process may use are
 readable, never writable, by Read/Glob/Grep at the paths the catalog and
 Skill give (``/skills/<name>/…`` works too). Grants are checked by
@@ -17,14 +17,15 @@ import json
 import logging
 import os
 import threading
+from pathlib import Path
 from typing import Protocol
 
 import trio
 
 from . import grants as grant_rules
 from .errors import Code, SyscallError
+from .ports import KernelPort, TracerPort
 from .process import Process
-from .request import SpawnRequest
 from .trace import quote
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,12 @@ class McpPort(Protocol):
 class Tools:
     """Runs tool calls for processes of one kernel."""
 
-    def __init__(self, kernel, workspace, shell, *, mount: str = "", env: dict | None = None,
-                 skills=None, open_root=None, mcp: McpPort | None = None):
+    def __init__(self, workspace, shell, *, kernel: KernelPort, tracer: TracerPort, project,
+                 mount: str = "", env: dict | None = None, skills=None, open_root=None,
+                 mcp: McpPort | None = None):
         self.kernel = kernel
+        self.tracer = tracer
+        self.project = Path(project)
         self.ws = workspace
         self.shell = shell
         self.mount = mount
@@ -143,7 +147,7 @@ class Tools:
         self.mcp = mcp
 
     async def call(self, proc: Process, name: str, args) -> str:
-        tracer = self.kernel.tracer
+        tracer = self.tracer
         if not isinstance(args, dict):
             args = {}
         if name.startswith("mcp__") and self._mcp_tool(proc, name):
@@ -176,7 +180,7 @@ class Tools:
         if proc.mcp_tools is None:
             specs: list[dict] = []
             if proc.mcp_servers and self.mcp is not None:
-                async with self.kernel.tracer.syscall(
+                async with self.tracer.syscall(
                         proc, "Open", quote(",".join(f"/dev/mcp/{s}" for s in proc.mcp_servers)),
                         device="/dev/mcp") as c:
                     specs, errors = await self.mcp.tool_specs(proc.mcp_servers, proc.mcp_inline)
@@ -195,13 +199,13 @@ class Tools:
         if not grant_rules.Grants(proc.allowed_tools).allows_tool(name):
             err = _denied(f"{name} is not allowed", name, f"/dev/mcp/{server}")
             err.pid = proc.pid
-            self.kernel.tracer.emit(proc, "Call", quote(name), f"-1 {err}", dur_ms=0, error=err)
+            self.tracer.emit(proc, "Call", quote(name), f"-1 {err}", dur_ms=0, error=err)
             return f"error: {err.cause}"
         payload = json.dumps(args, ensure_ascii=False)
         device = f"/dev/mcp/{server}/tools/{tool}/call"
         fd = proc.alloc_fd(device)
         try:
-            async with self.kernel.tracer.syscall(
+            async with self.tracer.syscall(
                     proc, "Call", f"{quote(name)}, {len(payload.encode())} bytes",
                     device=f"/dev/mcp/{server}") as c:
                 text, is_error = await self.mcp.call_tool(server, tool, args, RESULT_CAP)
@@ -219,11 +223,11 @@ class Tools:
         prefixes = ["/dev/fs/"]
         if self.mount:
             prefixes.append(self.mount.rstrip("/") + "/dev/fs/")
-        prefixes.append(str(self.kernel.project).rstrip("/") + "/")
+        prefixes.append(str(self.project).rstrip("/") + "/")
         for prefix in prefixes:
             if path.startswith(prefix):
                 return path[len(prefix):] or "."
-        if path in ("/dev/fs", str(self.kernel.project)):
+        if path in ("/dev/fs", str(self.project)):
             return "."
         return path
 
@@ -291,7 +295,7 @@ class Tools:
             hit = await trio.to_thread.run_sync(self.skill_target, proc, raw)
         except SyscallError as err:
             err.pid = proc.pid
-            self.kernel.tracer.emit(proc, "Open", quote(raw), f"-1 {err}", dur_ms=0, error=err)
+            self.tracer.emit(proc, "Open", quote(raw), f"-1 {err}", dur_ms=0, error=err)
             raise
         if hit is None:
             return self.ws, self.relative(raw), "/dev/fs", False
@@ -300,13 +304,13 @@ class Tools:
         if tool not in ("Read", "Glob", "Grep"):
             err = _denied(f"skill files are read-only ({base})", tool, f"{root}/{rel}")
             err.pid = proc.pid
-            self.kernel.tracer.emit(proc, tool, quote(raw), f"-1 {err}", dur_ms=0, error=err)
+            self.tracer.emit(proc, tool, quote(raw), f"-1 {err}", dur_ms=0, error=err)
             raise err
         try:
             ws = await trio.to_thread.run_sync(self._skill_root, skill)
         except SyscallError as err:
             err.pid = proc.pid
-            self.kernel.tracer.emit(proc, "Open", quote(raw), f"-1 {err}", dur_ms=0, error=err)
+            self.tracer.emit(proc, "Open", quote(raw), f"-1 {err}", dur_ms=0, error=err)
             raise
         return ws, rel, root, True
 
@@ -324,7 +328,7 @@ class Tools:
         ws, rel, root, owned = await self._target(proc, raw, tool)
         device = f"{root}/{rel}"
         try:
-            async with self.kernel.tracer.syscall(proc, "Open", f"{quote(device)}, {mode}", device=device) as c:
+            async with self.tracer.syscall(proc, "Open", f"{quote(device)}, {mode}", device=device) as c:
                 if not owned and isinstance(rel, str) and not rel.startswith("/"):
                     # the path as written first (its directory may not exist yet), then the real one
                     self._check_workspace(proc, tool, os.path.normpath(rel))
@@ -341,7 +345,7 @@ class Tools:
         return fd, path, ws, label
 
     async def _close(self, proc: Process, fd: int) -> None:
-        async with self.kernel.tracer.syscall(proc, "Close", f"FD({fd})"):
+        async with self.tracer.syscall(proc, "Close", f"FD({fd})"):
             proc.fds.pop(fd, None)
 
     async def _read(self, proc: Process, args: dict) -> str:
@@ -350,7 +354,7 @@ class Tools:
         limit = _arg(args, "limit", int, required=False)
         fd, path, ws, label = await self._open(proc, rel, "O_RDONLY")
         try:
-            async with self.kernel.tracer.syscall(proc, "Read", f"FD({fd})", device=label) as c:
+            async with self.tracer.syscall(proc, "Read", f"FD({fd})", device=label) as c:
                 data, truncated = await trio.to_thread.run_sync(ws.read_file, path, READ_CAP)
                 c.result = f"{len(data)} bytes" + (" (truncated)" if truncated else "")
         finally:
@@ -368,7 +372,7 @@ class Tools:
         fd, path, _ws, label = await self._open(proc, rel, "O_WRONLY|O_CREAT|O_TRUNC", "Write")
         data = content.encode()
         try:
-            async with self.kernel.tracer.syscall(proc, "Write", f"FD({fd}), {len(data)} bytes",
+            async with self.tracer.syscall(proc, "Write", f"FD({fd}), {len(data)} bytes",
                                                   device=label) as c:
                 await trio.to_thread.run_sync(self.ws.write_file, path, data)
                 c.result = str(len(data))
@@ -382,7 +386,7 @@ class Tools:
             raise ToolError("old_string must not be empty")
         fd, path, _ws, device = await self._open(proc, rel, "O_RDWR", "Edit")
         try:
-            async with self.kernel.tracer.syscall(proc, "Read", f"FD({fd})", device=device) as c:
+            async with self.tracer.syscall(proc, "Read", f"FD({fd})", device=device) as c:
                 data, truncated = await trio.to_thread.run_sync(self.ws.read_file, path, EDIT_CAP)
                 c.result = f"{len(data)} bytes"
             if truncated:
@@ -393,7 +397,7 @@ class Tools:
                 raise ToolError(f"old_string occurs {count} times in {path}; it must occur exactly once"
                                 + (" (add surrounding lines to make it unique)" if count else ""))
             out = text.replace(old, new, 1).encode()
-            async with self.kernel.tracer.syscall(proc, "Write", f"FD({fd}), {len(out)} bytes",
+            async with self.tracer.syscall(proc, "Write", f"FD({fd}), {len(out)} bytes",
                                                   device=device) as c:
                 await trio.to_thread.run_sync(self.ws.write_file, path, out)
                 c.result = str(len(out))
@@ -407,7 +411,7 @@ class Tools:
         raw = _arg(args, "pattern")
         ws, pattern, root, owned = await self._target(proc, raw, "Glob")
         try:
-            async with self.kernel.tracer.syscall(proc, "Glob", quote(pattern if not owned else raw),
+            async with self.tracer.syscall(proc, "Glob", quote(pattern if not owned else raw),
                                                   device=root) as c:
                 matches = await _search(ws.glob, pattern, 1000)
                 stopped = _stopped(matches)
@@ -425,7 +429,7 @@ class Tools:
         pattern, glob = _arg(args, "pattern"), _arg(args, "glob", required=False) or "**"
         ws, rel_glob, root, owned = await self._target(proc, glob, "Grep")
         try:
-            async with self.kernel.tracer.syscall(proc, "Grep", f"{quote(pattern)}, {quote(glob)}",
+            async with self.tracer.syscall(proc, "Grep", f"{quote(pattern)}, {quote(glob)}",
                                                   device=root) as c:
                 hits = await _search(ws.grep, pattern, rel_glob, 500)
                 stopped = _stopped(hits)
@@ -452,7 +456,7 @@ class Tools:
         command = _arg(args, "command")
         timeout = _arg(args, "timeout", int, required=False) or BASH_TIMEOUT
         timeout = min(max(1, timeout), BASH_TIMEOUT_MAX)
-        tracer = self.kernel.tracer
+        tracer = self.tracer
         grants = grant_rules.Grants(proc.allowed_tools)
         why = grants.check_command(command)
         if why is None:
@@ -469,12 +473,12 @@ class Tools:
             async with tracer.syscall(proc, "Write", f"FD({fd}), {quote(command)}", device="/dev/shell") as c:
                 c.result = str(len(command.encode()))
             env = {**self.env, **proc.env, "RNIXFS_PID": str(proc.pid), "RNIXFS_MOUNT": self.mount}
-            cwd = self.kernel.project / await trio.to_thread.run_sync(self.ws.resolve, proc.cwd)
+            cwd = self.project / await trio.to_thread.run_sync(self.ws.resolve, proc.cwd)
             hosts: list[int] = []
 
-            def started(host_pid: int) -> None:
+            async def started(host_pid: int) -> None:
                 hosts.append(host_pid)
-                self.kernel.host_pids[host_pid] = proc.pid
+                await self.kernel.host_started(host_pid, proc.pid)
 
             try:
                 async with tracer.syscall(proc, "Read", f"FD({fd})", device="/dev/shell") as c:
@@ -485,7 +489,7 @@ class Tools:
                         + (f" sandbox={res.sandbox}" if getattr(res, "sandbox", "") else "")
             finally:
                 for h in hosts:
-                    self.kernel.host_pids.pop(h, None)
+                    self.kernel.host_ended(h)
         finally:
             await self._close(proc, fd)
         text = res.output.decode("utf-8", "replace")
@@ -497,24 +501,23 @@ class Tools:
     async def _spawn(self, proc: Process, args: dict) -> str:
         intent = _arg(args, "intent")
         agent = _arg(args, "agent", required=False)
-        async with self.kernel.tracer.syscall(proc, "Spawn", f"{quote(intent)}, agent={agent or 'default'}",
+        async with self.tracer.syscall(proc, "Spawn", f"{quote(intent)}, agent={agent or 'default'}",
                                               device="/proc/new") as c:
-            child = await self.kernel.spawn(SpawnRequest(intent=intent, agent=agent), ppid=proc.pid)
-            c.result = f"PID({child.pid})"
-        return f"spawned PID {child.pid}"
+            child = await self.kernel.spawn_child(proc, intent, agent)
+            c.result = f"PID({child})"
+        return f"spawned PID {child}"
 
     async def _wait(self, proc: Process, args: dict) -> str:
         pid = _arg(args, "pid", int)
-        child = self.kernel.table.get(pid)
-        if child is None or child.ppid != proc.pid:
+        if not await self.kernel.is_child(proc, pid):
             err = SyscallError(Code.NOT_FOUND, f"PID {pid} is not a child of this process",
                                syscall="Wait", pid=proc.pid)
-            self.kernel.tracer.emit(proc, "Wait", f"PID({pid})", f"-1 {err}", dur_ms=0, error=err)
+            self.tracer.emit(proc, "Wait", f"PID({pid})", f"-1 {err}", dur_ms=0, error=err)
             raise err
-        async with self.kernel.tracer.syscall(proc, "Wait", f"PID({pid})") as c:
-            await child.exited_event.wait()
-            c.result = child.wait_line().strip()
-        return child.wait_line() + (child.result or "")
+        async with self.tracer.syscall(proc, "Wait", f"PID({pid})") as c:
+            line, result = await self.kernel.wait_child(proc, pid)
+            c.result = line.strip()
+        return line + result
 
 
     # -- skills ------------------------------------------------------------------------------
@@ -523,7 +526,7 @@ class Tools:
         query = (_arg(args, "query", required=False) or "").strip()
         if not name and not query:
             raise ToolError('missing argument "name" (or "query" to search skills)')
-        tracer = self.kernel.tracer
+        tracer = self.tracer
         if not name:
             async with tracer.syscall(proc, "Skill", f"query={quote(query)}", device="/skills") as c:
                 usable = await trio.to_thread.run_sync(self.usable_skills, proc)

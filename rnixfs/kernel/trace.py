@@ -29,6 +29,13 @@ def format_line(t: float, syscall: str, args: str, result: str, dur_ms: float | 
     return f"[{t:7.3f}s] {syscall}({args}) = {result}{dur}\n"
 
 
+def _cancelled(exc: BaseException) -> bool:
+    """A kill: Cancelled, or a group of nothing but Cancelled (a cancelled nursery)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
 class Call:
     """The mutable outcome of a traced syscall (set ``result`` inside)."""
 
@@ -83,7 +90,7 @@ class Tracer:
             # Cancellation (kill) or a bug: still leave the line behind.
             err = SyscallError(Code.INTERNAL, type(exc).__name__, syscall=syscall,
                                pid=proc.pid, device=device)
-            if isinstance(exc, trio.Cancelled):
+            if _cancelled(exc):
                 err = SyscallError(Code.INTERRUPTED, "killed", syscall=syscall,
                                    pid=proc.pid, device=device)
             self._finish(proc, syscall, args, f"-1 {err}", start, err)
