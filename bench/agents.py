@@ -326,8 +326,10 @@ def rnixfs_phase(mnt: Path, dpid: int, srv: Server, n: int, tag: str, zombies_be
         while not done.wait(0.25):
             c = bench_run.counts(mnt)
             live.append(c.get("created", 0) + c.get("running", 0))
+            meter.sample()
 
-    cpu_d, cpu_s = bench_run.cpu(dpid), bench_run.cpu(srv.pid)
+    meter = bench_run.DaemonCpu(dpid)  # the daemon and its worker processes
+    cpu_d, cpu_s = meter.sample(), bench_run.cpu(srv.pid)
     sampler = threading.Thread(target=sample_live, daemon=True)
     t0 = time.perf_counter()
     sampler.start()
@@ -338,7 +340,7 @@ def rnixfs_phase(mnt: Path, dpid: int, srv: Server, n: int, tag: str, zombies_be
     finally:
         done.set()
         sampler.join(10)
-    cpu_d, cpu_s = bench_run.cpu(dpid) - cpu_d, bench_run.cpu(srv.pid) - cpu_s
+    cpu_d, cpu_s = meter.sample() - cpu_d, bench_run.cpu(srv.pid) - cpu_s
     st = srv.stats()
     verify_agents(mnt, pids)
     if st["requests"] != n * (STEPS + 1):

@@ -64,64 +64,6 @@ GOALS = {  # the issue's targets; "checked" is the bar the held-back run applies
 }
 
 
-# -- daemon CPU: its own process and its workers -------------------------------------------
-
-
-def is_worker(p: psutil.Process) -> bool:
-    """A worker process of the daemon: `python -m rnixfs.worker …` (or its
-    __main__.py by path), not an agent's shell command."""
-    try:
-        argv = p.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    return any(a == "rnixfs.worker" or a.startswith("rnixfs.worker ")
-               or a.endswith(("rnixfs/worker/__main__.py", "rnixfs/worker.py")) for a in argv[:6])
-
-
-class DaemonCpu:
-    """User+system CPU seconds of the daemon and of each worker descendant.
-
-    A worker that exits between samples keeps the CPU it had at its last
-    sample (psutil cannot read a reaped process), so sample often while
-    workers may come and go; zero workers (agent loops inline) is fine."""
-
-    def __init__(self, dpid: int):
-        self.dpid = dpid
-        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) → CPU s
-        self.workers_now = 0
-        self.workers_max = 0
-        self.lock = threading.Lock()
-
-    def sample(self) -> float:
-        procs = []
-        try:
-            daemon = psutil.Process(self.dpid)
-            procs.append(daemon)
-            procs += daemon.children(recursive=True)
-        except psutil.NoSuchProcess:
-            pass  # gone: keep what was seen
-        got = {}
-        live = 0
-        for p in procs:
-            try:
-                with p.oneshot():
-                    key = (p.pid, p.create_time())
-                    # a worker that exited is a zombie until reaped: its cmdline
-                    # is empty then, but its final CPU is still readable
-                    if p.pid != self.dpid and key not in self.seen and not is_worker(p):
-                        continue
-                    t = p.cpu_times()
-                    got[key] = t.user + t.system
-                    live += p.pid != self.dpid and p.status() != psutil.STATUS_ZOMBIE
-            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-                continue
-        with self.lock:
-            self.seen.update(got)
-            self.workers_now = live
-            self.workers_max = max(self.workers_max, self.workers_now)
-            return sum(self.seen.values())
-
-
 # -- py-spy ------------------------------------------------------------------------------------
 
 
@@ -274,7 +216,7 @@ def rnixfs_load(mnt: Path, dpid: int, srv: bench_agents.Server, n: int, lead: in
     """`lead` agents spawned first (their own handle); once their first
     requests reached the server, n more spawned at once through ONE handle
     (the timed spawn writes); done when all are zombies."""
-    meter = DaemonCpu(dpid)
+    meter = bench_run.DaemonCpu(dpid)
     live: list[int] = []
     done = threading.Event()
 
@@ -499,7 +441,7 @@ def run(args) -> dict:
             ls["listdir"] = bench_run.compare("os.listdir", bench_run.listdir_ns(proc_dir, entries),
                                               bench_run.listdir_ns(mdir, entries), ls_rounds, 3)
             out["ls_proc"] = ls
-        meter = DaemonCpu(dpid)
+        meter = bench_run.DaemonCpu(dpid)
         meter.sample()
         out["daemon_final"] = {"rss_bytes": bench_run.rss(dpid), "counts": bench_run.counts(mnt),
                                "workers": meter.workers_now}

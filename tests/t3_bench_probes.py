@@ -3,7 +3,7 @@
 - bench/cache_policy.py tells direct_io, keep_cache and page_cache apart on
   the real minimal pyfuse3 mount (bench/minimal_fs.py), so the idle-status
   row compares rnixfs with the minimal file of the same policy;
-- bench/table.py's DaemonCpu sums the CPU of a process and of its
+- bench/run.py's DaemonCpu (used by table.py, agents.py, spawns.py) sums the CPU of a process and of its
   `python -m rnixfs.worker` descendants (also after a worker exited, until
   it is reaped) and leaves any other child out (agents' commands).
 """
@@ -83,7 +83,7 @@ def test_daemon_cpu_counts_workers_not_other_children(tmp_path):
                          text=True, env=env, cwd=tmp_path)  # not the repo: `-m` looks in cwd first
     try:
         kids = [int(x) for x in p.stdout.readline().split()]
-        meter = bench_table.DaemonCpu(p.pid)
+        meter = bench_run.DaemonCpu(p.pid)
         start = meter.sample()
 
         def all_exited():
