@@ -91,6 +91,12 @@ def parse_fault(spec) -> dict | None:
             "retry_after": m["ra"]}
 
 
+class _Server(ThreadingHTTPServer):
+    """A listen backlog for bursts: socketserver's default of 5 refuses the
+    connections of a thousand agents spawned at once (retries, not bugs)."""
+    request_queue_size = 1024
+
+
 class ScriptedServer:
     """The server. ``zero_latency=True`` ignores every delay (benchmarks)."""
 
@@ -169,7 +175,7 @@ class ScriptedServer:
             owner = server
 
         self._stopping.clear()
-        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._httpd = _Server((self.host, self.port), Handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever,

@@ -19,7 +19,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from rnixfs.config import ProviderConfig, url_credentials
 from rnixfs.devices.llm.base import ChatChunk, LLMError, LLMReplyTooLarge, LLMTimeout, Usage
-from rnixfs.devices.llm.pool import StackTransport, env_proxy
+from rnixfs.devices.llm.stack_transport import StackTransport, env_proxy
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The OpenAI driver's connection pool (rnixfs/devices/llm/pool.py) over
+"""The OpenAI driver's connection pool (rnixfs/devices/llm/stack_transport.py) over
 real HTTP to the scripted server: bounded, connections reused, and a slot
 never lost to a failed, cancelled or broken request."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from rnixfs.devices.llm.pool import StackTransport
+from rnixfs.devices.llm.stack_transport import StackTransport
 
 
 def chat(text: str) -> dict:
