@@ -193,6 +193,9 @@ def mount_factory(tmp_path, request):
 
 
 @pytest.fixture
-def mnt(mount_factory, scripted_server) -> Mount:
-    """A real mount whose default provider is the scripted server."""
+def mnt(scripted_server, mount_factory) -> Mount:
+    """A real mount whose default provider is the scripted server. The server
+    is set up first so that it is stopped last: agents still asking it at the
+    end of a test are killed by the umount, not cut off mid-request (which
+    the driver retries, with a warning in daemon.log)."""
     return mount_factory(scripted_providers(scripted_server.url))

@@ -132,3 +132,24 @@ def test_workers_that_cannot_start_fail_spawns_with_the_reason(tmp_path, monkeyp
     err = run_pool(command, body)
     assert "no worker process could start (3 failed in a row" in err.cause
     assert "closed before its hello" in err.cause
+
+
+def test_a_command_not_yet_registered_belongs_to_the_one_process_with_a_shell_open():
+    """owner_of: the /dev/shell fd a worker reported before it started a
+    command names the parent of a proc/new write that beats the command's
+    own registration; two candidates name none."""
+    from types import SimpleNamespace
+
+    from rnixfs.worker.pool import RemoteRun, Worker
+
+    pool = WorkerPool(1, CONFIGURE)
+    w = Worker(0, SimpleNamespace(pid=4242), channel=None)
+    pool.workers.append(w)
+    a, b = Process(pid=1, intent="a"), Process(pid=2, intent="b")
+    w.runs = {1: RemoteRun(a, w), 2: RemoteRun(b, w)}
+    assert pool.owner_of(4242) is None  # nobody runs a command
+    a.fds = {3: "/dev/llm/x", 4: "/dev/shell"}
+    assert pool.owner_of(4242) == 1
+    assert pool.owner_of(4243) is None  # not a worker
+    b.fds = {3: "/dev/shell"}
+    assert pool.owner_of(4242) is None  # ambiguous: no guess

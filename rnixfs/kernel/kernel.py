@@ -450,6 +450,9 @@ class Kernel:
             if pid in self.host_pids:
                 owner = self.host_pids[pid]
                 return owner if owner in self.table else None
+            owner = self.runner.owner_of(pid)  # a worker whose command's pid is not here yet
+            if owner is not None:
+                return owner if owner in self.table else None
             try:
                 pid = psutil.Process(pid).ppid()
             except (psutil.NoSuchProcess, psutil.AccessDenied):

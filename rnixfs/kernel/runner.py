@@ -39,6 +39,11 @@ class Runner(Protocol):
         """New user input, after the kernel queued it on its record."""
         ...
 
+    def owner_of(self, host_pid: int) -> int | None:
+        """When ``host_pid`` runs loops (a worker process): the one process
+        of it running a Bash command, if exactly one does; else None."""
+        ...
+
     def describe(self) -> dict: ...
 
 
@@ -96,6 +101,9 @@ class InlineRunner:
 
     def steer(self, proc: Process, text: str) -> None:
         pass
+
+    def owner_of(self, host_pid: int) -> int | None:
+        return None  # commands are the daemon's children: their pids are registered in time
 
     def describe(self) -> dict:
         return {"workers": 0}

@@ -247,6 +247,17 @@ class WorkerPool:
         if run is not None:
             run.worker.channel.send(protocol.Steer(pid=proc.pid, text=text))
 
+    def owner_of(self, host_pid: int) -> int | None:
+        """A command's exact host pid reaches the kernel a message after the
+        command started; a proc/new write from it in between walks up to its
+        worker. The worker reported the /dev/shell fd before it started the
+        command, so if one process of that worker has it open, that one ran it."""
+        for w in self.workers:
+            if w.pid == host_pid:
+                shells = [r.proc.pid for r in w.runs.values() if "/dev/shell" in r.proc.fds.values()]
+                return shells[0] if len(shells) == 1 else None
+        return None
+
     def _run_of(self, pid: int) -> RemoteRun | None:
         for w in self.workers:
             if pid in w.runs:
