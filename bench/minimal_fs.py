@@ -6,11 +6,16 @@ Tree (everything static, built once):
 
     MOUNTPOINT/file        one regular file of --size bytes (default 900,
                            about the size of an rnixfs proc/<pid>/status)
+    MOUNTPOINT/file_keep_cache   the same bytes, opened with keep_cache
+    MOUNTPOINT/file_direct_io    the same bytes, opened with direct_io
     MOUNTPOINT/dir/        --entries directories named 1..N (like proc/<pid>)
 
 Caching is pyfuse3's defaults, as in its examples (hello.py, tmpfs.py):
 EntryAttributes' 300 s entry/attr timeouts, a plain FileInfo (page cache on,
-no keep_cache, no direct_io). It prints "ready <pid>" on stdout once the
+no keep_cache, no direct_io) for `file`. The two other files differ only in
+the open flags, so a benchmark can compare an rnixfs file with the minimal
+file of the same cache policy: keep_cache (the kernel keeps the pages across
+opens: no READ at all once read) or direct_io (every read is a READ). It prints "ready <pid>" on stdout once the
 mount is up, and exits when unmounted (fusermount3 -u) or on SIGTERM/SIGINT.
 """
 from __future__ import annotations
@@ -29,6 +34,9 @@ import trio
 ROOT = pyfuse3.ROOT_INODE
 FILE = ROOT + 1
 DIR = ROOT + 2
+FILE_KEEP = ROOT + 3
+FILE_DIRECT = ROOT + 4
+FILES = {FILE: b"file", FILE_KEEP: b"file_keep_cache", FILE_DIRECT: b"file_direct_io"}
 ENTRY_BASE = 1000  # inode of dir/<i> is ENTRY_BASE + i
 
 
@@ -49,7 +57,7 @@ class MinimalFS(pyfuse3.Operations):
     def _attr(self, ino: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()  # pyfuse3's default timeouts (300 s)
         a.st_ino = ino
-        if ino == FILE:
+        if ino in FILES:
             a.st_mode = stat.S_IFREG | 0o444
             a.st_size = len(self.data)
             a.st_nlink = 1
@@ -63,7 +71,7 @@ class MinimalFS(pyfuse3.Operations):
         return a
 
     def _valid(self, ino: int) -> bool:
-        return ino in (ROOT, FILE, DIR) or ENTRY_BASE < ino <= ENTRY_BASE + self.n
+        return ino in (ROOT, DIR) or ino in FILES or ENTRY_BASE < ino <= ENTRY_BASE + self.n
 
     async def getattr(self, inode, ctx=None):
         if not self._valid(inode):
@@ -72,8 +80,9 @@ class MinimalFS(pyfuse3.Operations):
 
     async def lookup(self, parent_inode, name, ctx=None):
         if parent_inode == ROOT:
-            if name == b"file":
-                return self._attr(FILE)
+            for ino, fname in FILES.items():
+                if name == fname:
+                    return self._attr(ino)
             if name == b"dir":
                 return self._attr(DIR)
         elif parent_inode == DIR and name.isdigit() and not name.startswith(b"0"):
@@ -85,13 +94,13 @@ class MinimalFS(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def opendir(self, inode, ctx):
-        if inode == FILE or not self._valid(inode):
+        if inode in FILES or not self._valid(inode):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return inode
 
     async def readdir(self, fh, start_id, token):
         if fh == ROOT:
-            entries = [(b"file", FILE), (b"dir", DIR)]
+            entries = [(fname, ino) for ino, fname in FILES.items()] + [(b"dir", DIR)]
             for i in range(start_id, len(entries)):
                 name, ino = entries[i]
                 if not pyfuse3.readdir_reply(token, name, self._attr(ino), i + 1):
@@ -105,11 +114,11 @@ class MinimalFS(pyfuse3.Operations):
         pass
 
     async def open(self, inode, flags, ctx):
-        if inode != FILE:
+        if inode not in FILES:
             raise pyfuse3.FUSEError(errno.EISDIR if self._valid(inode) else errno.ENOENT)
         if flags & os.O_ACCMODE != os.O_RDONLY:
             raise pyfuse3.FUSEError(errno.EACCES)
-        return pyfuse3.FileInfo(fh=inode)
+        return pyfuse3.FileInfo(fh=inode, keep_cache=inode == FILE_KEEP, direct_io=inode == FILE_DIRECT)
 
     async def read(self, fh, off, size):
         return self.data[off:off + size]

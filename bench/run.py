@@ -3,6 +3,7 @@ side by side in the same run (so noise on a shared machine cancels).
 
     python bench/run.py [--quick] [--out bench/results.json]
     python bench/run.py --agents [--quick]   # the agent-loop benchmark, bench/agents.py
+    python bench/table.py [--quick]          # the load table in one run (bench/README.md)
 
 1. `cat proc/<pid>/status`: open+read-to-EOF+close, in-process and as a
    `cat` process, vs a same-size file on bench/minimal_fs.py (A/B rounds).
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,6 +121,64 @@ def stop_proc(p: subprocess.Popen) -> None:
             p.wait(5)
 
 
+# -- daemon CPU: its own process and its workers ---------------------------------------
+
+
+def is_worker(p: psutil.Process) -> bool:
+    """A worker process of the daemon: `python -m rnixfs.worker …` (or its
+    __main__.py by path), not an agent's shell command."""
+    try:
+        argv = p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return any(a == "rnixfs.worker" or a.startswith("rnixfs.worker ")
+               or a.endswith(("rnixfs/worker/__main__.py", "rnixfs/worker.py")) for a in argv[:6])
+
+
+class DaemonCpu:
+    """User+system CPU seconds of the daemon and of each worker descendant.
+
+    A worker that exits between samples keeps the CPU it had at its last
+    sample (psutil cannot read a reaped process), so sample often while
+    workers may come and go; zero workers (agent loops inline) is fine."""
+
+    def __init__(self, dpid: int):
+        self.dpid = dpid
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) → CPU s
+        self.workers_now = 0
+        self.workers_max = 0
+        self.lock = threading.Lock()
+
+    def sample(self) -> float:
+        procs = []
+        try:
+            daemon = psutil.Process(self.dpid)
+            procs.append(daemon)
+            procs += daemon.children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass  # gone: keep what was seen
+        got = {}
+        live = 0
+        for p in procs:
+            try:
+                with p.oneshot():
+                    key = (p.pid, p.create_time())
+                    # a worker that exited is a zombie until reaped: its cmdline
+                    # is empty then, but its final CPU is still readable
+                    if p.pid != self.dpid and key not in self.seen and not is_worker(p):
+                        continue
+                    t = p.cpu_times()
+                    got[key] = t.user + t.system
+                    live += p.pid != self.dpid and p.status() != psutil.STATUS_ZOMBIE
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue
+        with self.lock:
+            self.seen.update(got)
+            self.workers_now = live
+            self.workers_max = max(self.workers_max, self.workers_now)
+            return sum(self.seen.values())
+
+
 # -- the three parties -------------------------------------------------------------------
 
 
@@ -155,10 +215,12 @@ def daemon_info(mnt: Path) -> dict:
     return json.loads(os.getxattr(mnt, XATTR))
 
 
-def mount_minimal(res: Resources, tmp: Path, name: str, entries: int, size: int) -> Path:
+def mount_minimal(res: Resources, tmp: Path, name: str, entries: int, size: int,
+                  script: str = "minimal_fs.py", flags: tuple[str, ...] = ()) -> Path:
+    """bench/minimal_fs.py (or a variant of it, e.g. minimal_variants.py --flush)."""
     mnt = tmp / name
     mnt.mkdir()
-    p = subprocess.Popen([sys.executable, str(REPO / "bench" / "minimal_fs.py"), str(mnt),
+    p = subprocess.Popen([sys.executable, str(REPO / "bench" / script), str(mnt), *flags,
                           "--entries", str(entries), "--size", str(size)],
                          stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     res.add_proc(p)
@@ -330,7 +392,8 @@ def cpu(pid: int) -> float:
 
 
 def spawn_phase(mnt: Path, dpid: int, n: int, how: str, already: int) -> tuple[dict, list[int]]:
-    cpu0 = cpu(dpid)
+    meter = DaemonCpu(dpid)  # the daemon and its worker processes
+    cpu0 = meter.sample()
     t0 = time.perf_counter()
     if how == "handle":
         pids, write_s = spawn_handle(mnt, n, "bench handle")
@@ -340,7 +403,7 @@ def spawn_phase(mnt: Path, dpid: int, n: int, how: str, already: int) -> tuple[d
         pids = sorted(int(x) for x in os.listdir(mnt / "proc") if x.isdigit())[-n:]
     t_done = wait_all_zombie(mnt, already + n, timeout=max(120.0, n * 0.5), last_pid=max(pids))
     total_s = t_done - t0
-    cpu1 = cpu(dpid)
+    cpu1 = meter.sample()
     res = {"how": how, "spawns": n, "write_s": round(write_s, 3),
            "write_spawns_per_s": round(n / write_s, 1),
            "all_zombie_s": round(total_s, 3), "end_to_end_per_s": round(n / total_s, 1),
@@ -470,7 +533,7 @@ def table(r: dict) -> str:
         add(f"spawn {s['spawns']} via {s['how']}: writes", f"{s['write_spawns_per_s']:.0f} /s")
         add(f"spawn {s['spawns']} via {s['how']}: all zombie", f"{s['all_zombie_s']:.2f} s",
             "", f"{s['end_to_end_per_s']:.0f} /s")
-        add(f"  daemon CPU per spawn", f"{s['daemon_cpu_ms_per_spawn']:.2f} ms")
+        add("  daemon CPU per spawn", f"{s['daemon_cpu_ms_per_spawn']:.2f} ms")
     ls = r["ls_proc"]
     for key in ("listdir", "ls", "ls_l"):
         c = ls[key]

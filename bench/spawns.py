@@ -124,9 +124,10 @@ def run(args) -> dict:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             res.add_proc(prof)
             time.sleep(1.0)
-        cpu0 = bench_run.cpu(dpid)
+        meter = bench_run.DaemonCpu(dpid)  # the daemon and its worker processes
+        cpu0 = meter.sample()
         pids, took = spawn_burst(mnt, n, "burst")
-        cpu = bench_run.cpu(dpid) - cpu0
+        cpu = meter.sample() - cpu0
         if prof is not None:
             prof.send_signal(2)
             prof.wait(60)
