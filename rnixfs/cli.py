@@ -114,7 +114,8 @@ def mount(mountpoint, project, foreground, state_dir, config_dir, linger, allow_
 def _run_foreground(cfg, log_level: str, ready_fd: int | None) -> None:
     import trio
 
-    from .daemon import Daemon, setup_logging
+    from .daemon import Daemon
+    from .logsetup import setup_logging
 
     setup_logging(cfg.state_dir / "daemon.log" if ready_fd is not None else None, log_level)
 

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -256,35 +255,6 @@ async def _on_signals(signalled: list[int], ops: Operations) -> None:
             ops.interrupt_all()  # the FUSE loop waits for its handlers
             fuse_mount.terminate()
             return
-
-
-def setup_logging(path: Path | None, level: str = "INFO") -> None:
-    handler: logging.Handler
-    # hostile names reach messages as surrogate escapes: write them escaped,
-    # never fail the record ("--- Logging error ---" would lose it)
-    if path is None:
-        if hasattr(sys.stderr, "reconfigure"):
-            sys.stderr.reconfigure(errors="backslashreplace")
-        handler = logging.StreamHandler()
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path, errors="backslashreplace")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    logging.getLogger("pyfuse3").addFilter(_caller_gone_is_info)
-    root.setLevel(level.upper())
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
-
-
-def _caller_gone_is_info(record: logging.LogRecord) -> bool:
-    """pyfuse3 logs ERROR when the kernel no longer wants a reply (the caller
-    was interrupted, e.g. Ctrl-C on a blocked read): normal, so INFO."""
-    if record.levelno >= logging.ERROR and "fuse_reply_" in str(record.msg) \
-            and "No such file or directory" in record.getMessage():
-        record.levelno, record.levelname = logging.INFO, "INFO"
-    return True
 
 
 def dump_info(info: dict) -> str:

@@ -21,6 +21,7 @@ from .config import ConfigError
 
 LIMITS_FILE = "limits.yaml"
 SHELL_TIMEOUT = 600.0  # seconds a dev/shell command may run
+WORKER_NICE = 5  # worker processes run this much nicer than the daemon
 SHELL_OUTPUT_BYTES = 1024 * 1024  # bytes of a dev/shell command's output kept (head and tail)
 MAX_LIMITS_BYTES = 64 << 10
 

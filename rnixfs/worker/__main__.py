@@ -21,6 +21,8 @@ from ..devices.llm.redact import install_log_filter
 from ..devices.llm.registry import ProviderRegistry
 from ..fileio import confined_dir
 from ..kernel.tools import Tools
+from ..limits import WORKER_NICE
+from ..logsetup import setup_logging
 from . import protocol
 from .channel import Channel, PeerGone
 from .host import WorkerHost
@@ -40,17 +42,6 @@ async def watch_parent(daemon: int, cancel: trio.CancelScope) -> None:
         await trio.sleep(PARENT_POLL)
     log.warning("the daemon (pid %d) is gone: ending every loop", daemon)
     cancel.cancel()
-
-
-def setup_logging(path: str, level: str) -> None:
-    handler = logging.FileHandler(path) if path else logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s %(levelname)s %(name)s[worker {os.getpid()}]: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
 async def serve(fd: int, daemon: int) -> int:
@@ -106,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default="", help="append to this log (the daemon's)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    setup_logging(args.log, args.log_level)
+    setup_logging(args.log or None, args.log_level, tag=f"[worker {os.getpid()}]")
+    # the mount's loop gets the CPU before agent work does (docs/architecture.md)
+    os.nice(WORKER_NICE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on the daemon's terminal is the daemon's
     daemon = os.getppid()
     if daemon == 1:
