@@ -103,8 +103,8 @@ class StatusDiff:
                 at += 1
             if at < len(msgs) or len(msgs) != len(self._messages):
                 out["messages_at"] = at
-                out["messages"] = [dict(m) for m in msgs[at:]]
-                self._messages = [dict(m) for m in msgs]
+                out["messages"] = tail = [dict(m) for m in msgs[at:]]
+                self._messages[at:] = [dict(m) for m in tail]  # the sent prefix is kept
         return out
 
 
