@@ -28,6 +28,7 @@ SAMPLES = [
     protocol.Steer(pid=5, text="also this ✓"),
     protocol.Ready(providers=["local", "scripted"]),
     protocol.Trace(pid=5, syscall="Read", args="FD(3)", result="12 bytes", t=1.5, dur_ms=3.0),
+    protocol.Trace(pid=5, syscall="Open", args='"/w/a"', result="FD(3)", t=1.6, fields={"fds": {"3": "/w/a"}}),
     protocol.Status(pid=5, fields={"steps": 2}, checkpoint=True),
     protocol.AccountQuery(pid=5, req=9),
     protocol.Charge(pid=5, req=10, tokens=12, cost=0.5),

@@ -59,11 +59,11 @@ class RemoteTracer(Tracer):
 
     def emit(self, proc: Process, syscall: str, args: str, result: str, *, t: float | None = None,
              dur_ms: float | None = None, error: SyscallError | None = None) -> None:
-        self._host.sync(proc, cheap=True)  # fds, steps: as fresh as the line
         rel = (time.monotonic() - proc.t0) if t is None else t
         self._host.channel.send(protocol.Trace(
             pid=proc.pid, syscall=syscall, args=args, result=result, t=rel, dur_ms=dur_ms,
-            error=error.to_dict() if error else None))
+            error=error.to_dict() if error else None,
+            fields=self._host.cheap_changes(proc)))  # fds, steps: as fresh as the line
 
     @asynccontextmanager
     async def syscall(self, proc: Process, syscall: str, args: str, *, device: str = ""):
@@ -168,11 +168,16 @@ class WorkerHost:
                                                   project=self.project, mcp=self.kernel))
         self.runs: dict[int, Run] = {}
 
-    def sync(self, proc: Process, *, cheap: bool = False, checkpoint: bool = False) -> None:
+    def cheap_changes(self, proc: Process) -> dict:
+        """The ``spec.CHEAP_FIELDS`` that changed, for a trace line to carry."""
+        run = self.runs.get(proc.pid)
+        return {} if run is None else run.diff.changed(spec.CHEAP_FIELDS, messages=False)
+
+    def sync(self, proc: Process, *, checkpoint: bool = False) -> None:
         run = self.runs.get(proc.pid)
         if run is None:
             return
-        fields = run.diff.changed(spec.CHEAP_FIELDS, messages=False) if cheap else run.diff.changed()
+        fields = run.diff.changed()
         if fields or checkpoint:
             self.channel.send(protocol.Status(pid=proc.pid, fields=fields, checkpoint=checkpoint))
 

@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-VERSION = 1
+VERSION = 2  # 2: trace lines carry the fields that changed with them
 MAX_FRAME = 32 << 20  # bytes of one message: a whole conversation fits
 HEADER = struct.Struct(">I")
 
@@ -152,6 +152,9 @@ class Trace(Message):
     t: float                    # seconds since the process started
     dur_ms: Optional[float] = None
     error: Optional[dict] = None
+    # ``spec.CHEAP_FIELDS`` that changed since the last report (an fd opened
+    # or closed, a step counted): applied before the line, in the same frame
+    fields: dict = dataclasses.field(default_factory=dict)
 
 
 @_message
