@@ -95,6 +95,10 @@ class Channel:
         finally:
             self._waiting.pop(req, None)
 
+    def tell(self, make) -> None:
+        """Send ``make(req)`` and do not wait: its reply is dropped."""
+        self.send(make(next(self._reqs)))
+
     def answer(self, req: int, value=None, error: dict | None = None) -> None:
         self.send(Reply(req=req, value=value, error=error))
 
