@@ -292,3 +292,16 @@ def test_the_sent_conversation_prefix_is_kept_across_reports():
     out = diff.changed()
     assert out == {"messages_at": 1, "messages": [{"role": "user", "content": "again"}]}
     assert diff.changed() == {}  # nothing new: nothing sent
+
+
+def test_fields_changed_in_place_are_reported_once_in_wire_form():
+    proc = Process(pid=4, intent="x")
+    diff = spec.StatusDiff(proc)
+    proc.fds[3] = "/dev/llm/a"
+    proc.tool_results.add(5)
+    proc.allowed_tools.append("Read")
+    out = diff.changed(messages=False)
+    assert out == {"fds": {"3": "/dev/llm/a"}, "tool_results": [5], "allowed_tools": ["Read"]}
+    assert diff.changed(messages=False) == {}
+    proc.fds.pop(3)
+    assert diff.changed(spec.CHEAP_FIELDS, messages=False) == {"fds": {}}
