@@ -91,9 +91,10 @@ def parse_fault(spec) -> dict | None:
             "retry_after": m["ra"]}
 
 
-class _Server(ThreadingHTTPServer):
-    """A listen backlog for bursts: socketserver's default of 5 refuses the
-    connections of a thousand agents spawned at once (retries, not bugs)."""
+class _Listener(ThreadingHTTPServer):
+    # a real server's listen backlog (http.server's is 5): agents that start
+    # together connect together, and an overflowing accept queue resets
+    # connections the client already counts as open
     request_queue_size = 1024
 
 
@@ -175,7 +176,7 @@ class ScriptedServer:
             owner = server
 
         self._stopping.clear()
-        self._httpd = _Server((self.host, self.port), Handler)
+        self._httpd = _Listener((self.host, self.port), Handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever,

@@ -12,6 +12,7 @@ import trio
 
 from rnixfs.kernel.process import Account, Budget, Process
 from rnixfs.worker import protocol, spec
+from rnixfs.worker import channel as channel_mod
 from rnixfs.worker.channel import Channel
 from rnixfs.worker.protocol import ProtocolError
 
@@ -27,6 +28,7 @@ SAMPLES = [
     protocol.Steer(pid=5, text="also this ✓"),
     protocol.Ready(providers=["local", "scripted"]),
     protocol.Trace(pid=5, syscall="Read", args="FD(3)", result="12 bytes", t=1.5, dur_ms=3.0),
+    protocol.Trace(pid=5, syscall="Open", args='"/w/a"', result="FD(3)", t=1.6, fields={"fds": {"3": "/w/a"}}),
     protocol.Status(pid=5, fields={"steps": 2}, checkpoint=True),
     protocol.AccountQuery(pid=5, req=9),
     protocol.Charge(pid=5, req=10, tokens=12, cost=0.5),
@@ -213,3 +215,93 @@ def test_a_process_travels_to_its_worker_and_its_changes_come_back():
         (1, 0.0, 0, False, ["Read"], None)
     assert proc.tool_results == {2}
     json.dumps(proc.status())
+
+
+def test_a_byte_stream_cut_anywhere_gives_the_same_frames():
+    frames = [protocol.encode(m) for m in SAMPLES]
+    data = b"".join(frames)
+    want = [f[protocol.HEADER.size:] for f in frames]
+    for cut in (1, 3, 4, 5, 17, 64, len(data)):
+        reader, got = protocol.FrameReader(), []
+        for i in range(0, len(data), cut):
+            got += reader.feed(data[i:i + cut])
+        assert got == want and reader.pending == 0, cut
+    assert [protocol.decode(b) for b in want] == SAMPLES
+
+
+class _CountingStream(trio.abc.HalfCloseableStream):
+    """A stream that counts its ``send_all`` calls."""
+
+    def __init__(self, inner):
+        self.inner, self.sends = inner, 0
+
+    async def send_all(self, data):
+        self.sends += 1
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self):
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self):
+        await self.inner.send_eof()
+
+    async def receive_some(self, max_bytes=None):
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+def test_messages_queued_together_go_out_in_order_in_few_sends():
+    async def main():
+        ka, wa = _pair()
+        counting = _CountingStream(wa)
+        kernel, worker = Channel(ka, name="kernel"), Channel(counting, name="worker")
+        sent = [protocol.Trace(pid=1, syscall="Read", args=f"FD({i})", result="0", t=i / 10)
+                for i in range(1000)]
+        async with trio.open_nursery() as n:
+            n.start_soon(worker.writer)
+            for msg in sent:  # sync, as trace lines are queued between two awaits
+                worker.send(msg)
+            got = []
+            with trio.fail_after(10):
+                while len(got) < len(sent):
+                    got.append(await kernel.receive())
+            assert got == sent
+            # one send per MAX_COALESCE frames, not one per frame
+            assert counting.sends <= -(-len(sent) // channel_mod.MAX_COALESCE) + 1
+            with trio.fail_after(10):
+                await worker.flush()
+            await worker.aclose()
+            assert await kernel.receive() is None  # EOF after the last frame
+            await kernel.aclose()
+            n.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_the_sent_conversation_prefix_is_kept_across_reports():
+    copy = Process(pid=3, intent="x")
+    diff = spec.StatusDiff(copy)
+    copy.messages = [{"role": "user", "content": str(i)} for i in range(3)]
+    assert diff.changed()["messages_at"] == 0
+    copy.messages.append({"role": "assistant", "content": "3"})
+    assert diff.changed() == {"messages_at": 3, "messages": [{"role": "assistant", "content": "3"}]}
+    del copy.messages[1:]  # compaction drops the middle
+    copy.messages.append({"role": "user", "content": "again"})
+    out = diff.changed()
+    assert out == {"messages_at": 1, "messages": [{"role": "user", "content": "again"}]}
+    assert diff.changed() == {}  # nothing new: nothing sent
+
+
+def test_fields_changed_in_place_are_reported_once_in_wire_form():
+    proc = Process(pid=4, intent="x")
+    diff = spec.StatusDiff(proc)
+    proc.fds[3] = "/dev/llm/a"
+    proc.tool_results.add(5)
+    proc.allowed_tools.append("Read")
+    out = diff.changed(messages=False)
+    assert out == {"fds": {"3": "/dev/llm/a"}, "tool_results": [5], "allowed_tools": ["Read"]}
+    assert diff.changed(messages=False) == {}
+    proc.fds.pop(3)
+    assert diff.changed(spec.CHEAP_FIELDS, messages=False) == {"fds": {}}

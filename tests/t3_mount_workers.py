@@ -202,3 +202,30 @@ def test_max_time_ends_a_loop_in_a_worker_with_exit_14(tmp_path, mount_factory, 
     # the worker's last lines (the cut model request, the close) come before the exit
     assert trace.index("Read(FD(3)) = -1 [INTERRUPTED]") < trace.index("Exit(14)"), trace
     assert st["fds"] == {}
+
+
+def test_spend_reaches_the_kernel_with_and_without_limits(tmp_path, mount_factory, scripted_server):
+    """Without a limit on its chain a loop charges without waiting for the
+    kernel's answer; the kernel's record counts the spend all the same. With
+    one, the answer still stops the loop (docs/architecture.md, "What a model
+    request costs")."""
+    m = mount_with(tmp_path, mount_factory, scripted_server, "workers: 1\n")
+    for _ in range(2):
+        scripted_server.enqueue({"match": "FREE-SPEND", "tool_calls": [call("Read", {"path": "nope"}, "r")],
+                                 "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
+    scripted_server.enqueue({"match": "FREE-SPEND", "content": "done",
+                             "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
+    pid = m.spawn("FREE-SPEND")
+    assert m.wait(pid, timeout=120).startswith("exited(0)")
+    st = m.status(pid)
+    assert st["steps"] == 3 and st["tokens"] == {"in": 300, "out": 30}
+    assert st["tree"]["tokens"] == 330, st["tree"]
+
+    for _ in range(3):
+        scripted_server.enqueue({"match": "CAPPED-SPEND", "tool_calls": [call("Read", {"path": "nope"}, "r")],
+                                 "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
+    pid = m.spawn(json.dumps({"intent": "CAPPED-SPEND", "max_tokens": 150}))
+    line = m.wait(pid, timeout=120)
+    assert line.startswith("exited(11)"), line  # over max_tokens after the second step
+    st = m.status(pid)
+    assert st["steps"] == 2 and st["tree"]["tokens"] == 220, st

@@ -15,6 +15,7 @@ from .protocol import Hello, Message, ProtocolError, Refuse, Reply
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 16
+MAX_COALESCE = 256  # frames joined into one send at most (bounds the copy)
 
 
 class PeerGone(Exception):
@@ -46,13 +47,32 @@ class Channel:
             pass  # the connection is gone; the reader reports it
 
     async def writer(self) -> None:
-        """Send queued frames until the connection closes."""
+        """Send queued frames until the connection closes. Everything queued
+        by the time the writer runs goes out in one ``send_all``: a step's
+        trace lines and status reports, queued by sync code between two
+        awaits, cost one system call here and one wake-up of the peer, not
+        one per message (docs/architecture.md, "What a model request costs")."""
         try:
             async for frame in self._out_recv:
-                await self.stream.send_all(frame)
-                self._sent += 1
+                # the tasks that are runnable now (other loops of this
+                # worker) queue their messages before this send
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                frames = [frame]
+                ended = False
+                while len(frames) < MAX_COALESCE:
+                    try:
+                        frames.append(self._out_recv.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        ended = True
+                        break
+                await self.stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+                self._sent += len(frames)
                 self._progress.set()
                 self._progress = trio.Event()
+                if ended:
+                    break
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("%s: send failed: %s", self.name, exc)
         finally:
@@ -74,6 +94,10 @@ class Channel:
                 raise
         finally:
             self._waiting.pop(req, None)
+
+    def tell(self, make) -> None:
+        """Send ``make(req)`` and do not wait: its reply is dropped."""
+        self.send(make(next(self._reqs)))
 
     def answer(self, req: int, value=None, error: dict | None = None) -> None:
         self.send(Reply(req=req, value=value, error=error))

@@ -59,11 +59,11 @@ class RemoteTracer(Tracer):
 
     def emit(self, proc: Process, syscall: str, args: str, result: str, *, t: float | None = None,
              dur_ms: float | None = None, error: SyscallError | None = None) -> None:
-        self._host.sync(proc, cheap=True)  # fds, steps: as fresh as the line
         rel = (time.monotonic() - proc.t0) if t is None else t
         self._host.channel.send(protocol.Trace(
             pid=proc.pid, syscall=syscall, args=args, result=result, t=rel, dur_ms=dur_ms,
-            error=error.to_dict() if error else None))
+            error=error.to_dict() if error else None,
+            fields=self._host.cheap_changes(proc)))  # fds, steps: as fresh as the line
 
     @asynccontextmanager
     async def syscall(self, proc: Process, syscall: str, args: str, *, device: str = ""):
@@ -143,15 +143,33 @@ class WorkerContext:
         return proc.system_prompt or DEFAULT_SYSTEM_PROMPT
 
     async def account(self, proc: Process) -> Account:
+        if _unbounded(proc.account):
+            return proc.account  # nothing on the chain could stop this step: no round trip
         chain = await self._host.kernel.ask(lambda req: protocol.AccountQuery(pid=proc.pid, req=req))
         proc.account = spec.account_from_wire(chain)
         return proc.account
 
     async def charge(self, proc: Process, tokens: int, cost: float) -> Account:
+        if _unbounded(proc.account):
+            # the kernel charges its chain all the same, in order with the
+            # lines and the exit; the loop needs no answer to check nothing
+            proc.account.charge(tokens, cost)
+            self._host.channel.tell(
+                lambda req: protocol.Charge(pid=proc.pid, req=req, tokens=tokens, cost=cost))
+            return proc.account
         chain = await self._host.kernel.ask(
             lambda req: protocol.Charge(pid=proc.pid, req=req, tokens=tokens, cost=cost))
         proc.account = spec.account_from_wire(chain)
         return proc.account
+
+
+def _unbounded(account: Account) -> bool:
+    """No token, cost or time limit anywhere on the chain. Limits are fixed
+    before a loop starts (``Kernel._account``, the deadline at start), so
+    this holds for the loop's whole life, and the kernel's view of the
+    spend could not change what the loop decides."""
+    return all(a.max_tokens is None and a.max_cost is None and a.deadline is None
+               for a in account.chain())
 
 
 class WorkerHost:
@@ -168,11 +186,16 @@ class WorkerHost:
                                                   project=self.project, mcp=self.kernel))
         self.runs: dict[int, Run] = {}
 
-    def sync(self, proc: Process, *, cheap: bool = False, checkpoint: bool = False) -> None:
+    def cheap_changes(self, proc: Process) -> dict:
+        """The ``spec.CHEAP_FIELDS`` that changed, for a trace line to carry."""
+        run = self.runs.get(proc.pid)
+        return {} if run is None else run.diff.changed(spec.CHEAP_FIELDS, messages=False)
+
+    def sync(self, proc: Process, *, checkpoint: bool = False) -> None:
         run = self.runs.get(proc.pid)
         if run is None:
             return
-        fields = run.diff.changed(spec.CHEAP_FIELDS, messages=False) if cheap else run.diff.changed()
+        fields = run.diff.changed()
         if fields or checkpoint:
             self.channel.send(protocol.Status(pid=proc.pid, fields=fields, checkpoint=checkpoint))
 

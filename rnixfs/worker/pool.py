@@ -303,6 +303,8 @@ class WorkerPool:
                 continue  # lines of a process already ended (killed past KILL_WAIT)
             proc = run.proc
             if isinstance(msg, protocol.Trace):
+                if msg.fields:  # shown with the line: its commit renders proc/ again
+                    spec.apply_fields(proc, msg.fields)
                 self.kernel.tracer.emit(proc, msg.syscall, msg.args, msg.result, t=msg.t,
                                         dur_ms=msg.dur_ms, error=error_from_dict(msg.error))
             elif isinstance(msg, protocol.Status):

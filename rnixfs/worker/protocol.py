@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-VERSION = 1
+VERSION = 2  # 2: trace lines carry the fields that changed with them
 MAX_FRAME = 32 << 20  # bytes of one message: a whole conversation fits
 HEADER = struct.Struct(">I")
 
@@ -39,9 +39,34 @@ class Message:
             MESSAGES[cls.kind] = cls
 
 
+def _checker(tp):
+    """A predicate: is a decoded JSON value of type ``tp``? (A bool is not
+    a number.) The type's structure is worked out once, at class creation."""
+    if tp is Any:
+        return lambda v: True
+    if typing.get_origin(tp) is typing.Union:
+        checks = tuple(_checker(a) for a in typing.get_args(tp))
+        return lambda v: any(c(v) for c in checks)
+    if tp is type(None):
+        return lambda v: v is None
+    if tp is float:
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if tp is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    return lambda v: isinstance(v, tp)
+
+
+# kind → (field name, required, its type's check, its type) for each field:
+# built once per message class, so decoding a frame does no typing work
+_FIELDS: dict[str, tuple[tuple[str, bool, Any, Any], ...]] = {}
+
+
 def _message(cls):
     cls = dataclass(cls)
-    _HINTS[cls.kind] = typing.get_type_hints(cls)
+    hints = _HINTS[cls.kind] = typing.get_type_hints(cls)
+    _FIELDS[cls.kind] = tuple(
+        (f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+         _checker(hints[f.name]), hints[f.name]) for f in dataclasses.fields(cls))
     return cls
 
 
@@ -127,6 +152,9 @@ class Trace(Message):
     t: float                    # seconds since the process started
     dur_ms: Optional[float] = None
     error: Optional[dict] = None
+    # ``spec.CHEAP_FIELDS`` that changed since the last report (an fd opened
+    # or closed, a step counted): applied before the line, in the same frame
+    fields: dict = dataclasses.field(default_factory=dict)
 
 
 @_message
@@ -265,32 +293,18 @@ def decode(body: bytes) -> Message:
     if cls is None:
         raise ProtocolError(f"unknown message type {str(kind)[:40]!r}")
     hints = _HINTS[kind]
-    unknown = [k for k in obj if k not in hints]
-    if unknown:
-        raise ProtocolError(f"{kind}: unknown field {str(unknown[0])[:40]!r}")
-    for f in dataclasses.fields(cls):
-        if f.name not in obj:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ProtocolError(f"{kind}: missing field {f.name!r}")
+    for k in obj:
+        if k not in hints:
+            raise ProtocolError(f"{kind}: unknown field {str(k)[:40]!r}")
+    for name, required, check, tp in _FIELDS[kind]:
+        if name not in obj:
+            if required:
+                raise ProtocolError(f"{kind}: missing field {name!r}")
             continue
-        if not _is(obj[f.name], hints[f.name]):
-            raise ProtocolError(f"{kind}: field {f.name!r} is {type(obj[f.name]).__name__}, "
-                                f"want {_name(hints[f.name])}")
+        if not check(obj[name]):
+            raise ProtocolError(f"{kind}: field {name!r} is {type(obj[name]).__name__}, "
+                                f"want {_name(tp)}")
     return cls(**obj)
-
-
-def _is(value, tp) -> bool:
-    if tp is Any:
-        return True
-    if typing.get_origin(tp) is typing.Union:
-        return any(_is(value, a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return value is None
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, tp)
 
 
 def _name(tp) -> str:
@@ -308,17 +322,21 @@ class FrameReader:
         self._max = max_frame
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
+        buf = self._buf
+        buf += data
         out = []
-        while len(self._buf) >= HEADER.size:
-            (size,) = HEADER.unpack_from(self._buf)
+        pos, have = 0, len(buf)
+        while have - pos >= HEADER.size:  # one read holds many frames: cut by offset
+            (size,) = HEADER.unpack_from(buf, pos)
             if size > self._max:
                 raise ProtocolError(f"frame of {size} bytes announced; the cap is {self._max}")
-            end = HEADER.size + size
-            if len(self._buf) < end:
+            end = pos + HEADER.size + size
+            if have < end:
                 break
-            out.append(bytes(self._buf[HEADER.size:end]))
-            del self._buf[:end]
+            out.append(bytes(buf[pos + HEADER.size:end]))
+            pos = end
+        if pos:
+            del buf[:pos]
         return out
 
     @property

@@ -82,20 +82,31 @@ def _value(proc: Process, name: str):
     return value
 
 
+def _copy(value):
+    """A shallow copy of a field as the record holds it (to compare later)."""
+    if isinstance(value, (list, dict, set)):
+        return value.copy()
+    return value
+
+
 class StatusDiff:
-    """What of one process changed since it was last sent."""
+    """What of one process changed since it was last sent. Fields are
+    compared as the record holds them and converted for the wire only when
+    they changed: this runs at every traced syscall."""
 
     def __init__(self, proc: Process):
         self.proc = proc
-        self._sent = {name: _value(proc, name) for name in STATUS_FIELDS}
+        self._sent = {name: _copy(getattr(proc, name)) for name in STATUS_FIELDS}
         self._messages: list[dict] = []
 
     def changed(self, names=STATUS_FIELDS, *, messages: bool = True) -> dict:
         out = {}
+        sent, proc = self._sent, self.proc
         for name in names:
-            value = _value(self.proc, name)
-            if value != self._sent.get(name):
-                out[name] = self._sent[name] = value
+            value = getattr(proc, name)
+            if value != sent[name]:
+                sent[name] = _copy(value)
+                out[name] = _value(proc, name)
         if messages:
             msgs = self.proc.messages
             at = 0
@@ -103,8 +114,8 @@ class StatusDiff:
                 at += 1
             if at < len(msgs) or len(msgs) != len(self._messages):
                 out["messages_at"] = at
-                out["messages"] = [dict(m) for m in msgs[at:]]
-                self._messages = [dict(m) for m in msgs]
+                out["messages"] = tail = [dict(m) for m in msgs[at:]]
+                self._messages[at:] = [dict(m) for m in tail]  # the sent prefix is kept
         return out
 
 

@@ -62,53 +62,55 @@ class GuardedProvider:
         return type(exc)(cause, status=exc.status, retryable=exc.retryable)
 
     async def stream_chat(self, messages: list[dict], **kw) -> AsyncIterator[ChatChunk]:
+        # One generator between the driver and the caller (each layer costs
+        # every chunk an extra resumption), one deadline for the whole reply.
+        # Each wait for a chunk still runs under it: a server that keeps the
+        # connection busy without sending a chunk (SSE comments, empty
+        # events) must not outlast max_reply_time.
         deadline = trio.current_time() + self.max_time
+        max_bytes = self.max_bytes
         text_r = self.redact.stream()
         args_r: dict[int, object] = {}  # tool-call index → its arguments' StreamRedactor
+        size = 0  # bytes of this reply so far
         stream = self.inner.stream_chat(messages, **kw)
-        seen = [0]  # bytes of this reply so far
         try:
-            async with aclosing(self._capped(stream, deadline, text_r, args_r, seen)) as capped:
-                async for chunk in capped:
-                    yield chunk
-        finally:
-            if seen[0] >= RELEASE_AFTER:
-                release_memory_soon()
-
-    async def _capped(self, stream, deadline, text_r, args_r, seen: list[int]):
-        size = 0
-        async with aclosing(stream):
-            while True:
-                try:
-                    with trio.move_on_at(deadline) as scope:
-                        chunk = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except LLMError as exc:
-                    raise self._error(exc) from None
-                except Exception as exc:  # a driver bug or an unexpected reply
-                    log.warning("%s: driver failed: %s", getattr(self.inner, "name", "?"),
-                                self.redact(repr(exc)))
-                    raise LLMError(self.redact(f"driver failed: {type(exc).__name__}: {exc}")[:300]) from None
-                if scope.cancelled_caught:
-                    raise LLMTimeout(f"reply still streaming after max_reply_time of "
-                                     f"{self.max_time:g}s; stopped")
-                size += len(chunk.text.encode()) + sum(_call_size(c) for c in chunk.tool_calls)
-                seen[0] = size
-                if size > self.max_bytes:
-                    raise LLMReplyTooLarge(f"reply larger than max_reply_bytes of {self.max_bytes} "
-                                           f"bytes; stopped")
-                if chunk.usage is not None:
+            async with aclosing(stream):
+                while True:
                     try:
-                        chunk.usage.check()
+                        with trio.CancelScope(deadline=deadline) as scope:
+                            chunk = await stream.__anext__()
+                    except StopAsyncIteration:
+                        break
                     except LLMError as exc:
                         raise self._error(exc) from None
-                yield self._redacted(chunk, text_r, args_r)
-        rest = text_r.flush()
-        calls = [{"index": i, "function": {"arguments": tail}}
-                 for i, r in args_r.items() if (tail := r.flush())]
-        if rest or calls:
-            yield ChatChunk(text=rest, tool_calls=calls)
+                    except Exception as exc:  # a driver bug or an unexpected reply
+                        log.warning("%s: driver failed: %s", getattr(self.inner, "name", "?"),
+                                    self.redact(repr(exc)))
+                        raise LLMError(self.redact(f"driver failed: {type(exc).__name__}: {exc}")[:300]) from None
+                    if scope.cancelled_caught:
+                        raise LLMTimeout(f"reply still streaming after max_reply_time of "
+                                         f"{self.max_time:g}s; stopped")
+                    text = chunk.text
+                    size += len(text) if text.isascii() else len(text.encode())
+                    if chunk.tool_calls:
+                        size += sum(_call_size(c) for c in chunk.tool_calls)
+                    if size > max_bytes:
+                        raise LLMReplyTooLarge(f"reply larger than max_reply_bytes of {max_bytes} "
+                                               f"bytes; stopped")
+                    if chunk.usage is not None:
+                        try:
+                            chunk.usage.check()
+                        except LLMError as exc:
+                            raise self._error(exc) from None
+                    yield self._redacted(chunk, text_r, args_r)
+            rest = text_r.flush()
+            calls = [{"index": i, "function": {"arguments": tail}}
+                     for i, r in args_r.items() if (tail := r.flush())]
+            if rest or calls:
+                yield ChatChunk(text=rest, tool_calls=calls)
+        finally:
+            if size >= RELEASE_AFTER:
+                release_memory_soon()
 
     def _redacted(self, chunk: ChatChunk, text_r, args_r: dict) -> ChatChunk:
         if not self.redact.secrets:
