@@ -22,6 +22,24 @@ def read_regular(path: str | os.PathLike, cap: int, *, head: bool = False) -> tu
     return _read_fd(fd, path, cap, head)
 
 
+def read_config_text(path: str | os.PathLike, cap: int, error: type[Exception]) -> str | None:
+    """A small UTF-8 config file (limits.yaml, mcp.yaml, .mcp.json): None when
+    there is none; ``error`` with one readable line when it cannot be read, is
+    larger than ``cap`` or is not UTF-8. A FIFO in its place never hangs us."""
+    try:
+        data, size = read_regular(path, cap)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > cap or size > cap:
+        raise error(f"{path}: larger than {cap} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{path}: not UTF-8") from None
+
+
 class ScopeEscape(PermissionError):
     """A path that leads outside its scope root (by ``..``, a symlink, a swap)."""
 

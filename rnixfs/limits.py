@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from .config import ConfigError
+from .fileio import read_config_text
 
 LIMITS_FILE = "limits.yaml"
 SHELL_TIMEOUT = 600.0  # seconds a dev/shell command may run
@@ -138,17 +139,7 @@ def parse_limits(text: str, label: str = LIMITS_FILE) -> Limits:
 def load_limits(config_dir: Path) -> Limits:
     """``<config_dir>/limits.yaml``, or the defaults when there is none."""
     path = Path(config_dir) / LIMITS_FILE
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_LIMITS_BYTES + 1)
-    except FileNotFoundError:
+    text = read_config_text(path, MAX_LIMITS_BYTES, LimitsError)
+    if text is None:
         return DEFAULT
-    except OSError as exc:
-        raise LimitsError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(data) > MAX_LIMITS_BYTES:
-        raise LimitsError(f"{path}: larger than {MAX_LIMITS_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LimitsError(f"{path}: not UTF-8") from None
     return parse_limits(text, str(path))

@@ -351,6 +351,24 @@ def test_limits_yaml_overrides_defaults(tmp_path):
                          context_budget=None, max_tool_calls=4, max_children=2, max_descendants=9)
 
 
+def test_limits_yaml_that_is_not_a_small_utf8_file_is_refused(tmp_path):
+    """A FIFO planted as limits.yaml must not hang the mount; big or binary
+    files are refused with one line naming the file."""
+    import os
+
+    path = tmp_path / "limits.yaml"
+    os.mkfifo(path)
+    with pytest.raises(LimitsError, match="limits.yaml: cannot read"):
+        load_limits(tmp_path)
+    path.unlink()
+    path.write_bytes(b"max_steps: 1\n" + b"#" * (64 << 10))
+    with pytest.raises(LimitsError, match="larger than 65536 bytes"):
+        load_limits(tmp_path)
+    path.write_bytes(b"max_steps: \xff\n")
+    with pytest.raises(LimitsError, match="not UTF-8"):
+        load_limits(tmp_path)
+
+
 @pytest.mark.parametrize("text,words", [
     ("max_step: 3\n", "unknown key 'max_step'"),
     ("max_steps: -1\n", "max_steps must be a non-negative number"),

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from ...agents.manifest import AgentError, parse_duration
+from ...fileio import read_config_text
+from ...limits import DurationError, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def duration(value, where: str) -> float:
     """The agent.yaml duration grammar (``30s``, ``5m``, a number), above 0 and at most 24h."""
     try:
         seconds = parse_duration(value, where)
-    except AgentError as exc:
+    except DurationError as exc:
         raise McpConfigError(str(exc)) from None
     if not 0 < seconds <= 86400:
         raise McpConfigError(f"{where}: duration must be between 0 and 24h")
@@ -158,19 +159,7 @@ def parse_server(name, raw, origin: str) -> ServerConfig:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise McpConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise McpConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise McpConfigError(f"{path}: not UTF-8") from None
+    return read_config_text(path, MAX_CONFIG_BYTES, McpConfigError)
 
 
 def parse_servers(raw, origin: str) -> tuple[dict[str, ServerConfig], list[str]]:
