@@ -149,6 +149,9 @@ def hanging_process(m: Mount, request: str):
     """A process whose step does not end by itself; killed afterwards."""
     pid = m.spawn(request)
     wait_for(lambda: m.status(pid)["fds"], 30, what="the step to start")
+    # the conversation reaches the record with the worker's next report
+    wait_for(lambda: (m.path / "proc" / str(pid) / "context").read_text(), 30,
+             what="the conversation to reach the record")
     try:
         yield pid
     finally:
